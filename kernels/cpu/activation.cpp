@@ -1,0 +1,20 @@
+// silu_and_mul: the gated activation of the Llama MLP, silu(gate) * up.
+#include <cassert>
+#include <cmath>
+
+#include "kernels/cpu/kernels.h"
+
+namespace pagedserve::kernels {
+
+void silu_and_mul(const float* gate, const float* up, float* out, int64_t n) {
+  assert(gate != nullptr && up != nullptr && out != nullptr);
+  assert(n >= 0);
+  // Both inputs are read before the output is written, element by element, so out may alias
+  // gate or up (no restrict here on purpose).
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+}  // namespace pagedserve::kernels

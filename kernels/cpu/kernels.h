@@ -1,0 +1,70 @@
+// CPU kernels for the Llama forward pass: the reference twins of the CUDA kernels and the
+// compute of the CPU executor. All tensors are row-major float32; shapes are given in comments
+// as [dim0, dim1, ...]. Kernels never allocate and never throw; preconditions are asserts.
+#pragma once
+
+#include <cstdint>
+
+namespace pagedserve::kernels {
+
+// out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight[:]
+// x, out: [num_rows, hidden]; weight: [hidden]. out may alias x.
+void rms_norm(const float* x, const float* weight, float* out, int num_rows, int hidden,
+              float eps);
+
+// Rotary embedding in Hugging Face's rotate-half layout, applied in place.
+// For each head, pairs (i, i + head_dim/2) rotate by angle pos * theta^(-2i/head_dim).
+// q: [num_tokens, num_heads, head_dim]; k: [num_tokens, num_kv_heads, head_dim];
+// positions: [num_tokens].
+void rope_rotate_half(float* q, float* k, const int32_t* positions, int num_tokens,
+                      int num_heads, int num_kv_heads, int head_dim, float theta);
+
+// out = x * w^T, the layout of a Hugging Face Linear layer.
+// x: [m, k]; w: [n, k]; out: [m, n].
+void matmul_nt(const float* x, const float* w, float* out, int m, int n, int k);
+
+// out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
+void silu_and_mul(const float* gate, const float* up, float* out, int64_t n);
+
+// One layer's paged KV cache. Block b holds block_size consecutive token positions of one
+// sequence; token slot s lives in block s / block_size at offset s % block_size.
+struct KvCacheView {
+  float* key = nullptr;    // [num_blocks, num_kv_heads, block_size, head_dim]
+  float* value = nullptr;  // [num_blocks, num_kv_heads, block_size, head_dim]
+  int num_blocks = 0;
+  int block_size = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// Writes new keys and values into their cache slots.
+// key, value: [num_tokens, num_kv_heads, head_dim]; slot_mapping: [num_tokens], a slot is
+// block_id * block_size + offset; a negative slot means "skip this token" (padding).
+void write_kv(const float* key, const float* value, const int64_t* slot_mapping, int num_tokens,
+              const KvCacheView& cache);
+
+// Attention over a batch of sequences whose K/V are read only through their block tables.
+// Sequence s contributes query_start_loc[s+1] - query_start_loc[s] = q_len query tokens (1 for
+// decode, many for prefill or a prefill chunk) and has seq_lens[s] tokens of context in the
+// cache including those queries. Its query i sits at position seq_lens[s] - q_len + i and
+// attends causally to positions [0, that position]. Grouped-query attention: query head h
+// reads KV head h / (num_heads / num_kv_heads).
+struct PagedAttentionParams {
+  const float* query = nullptr;             // [num_tokens, num_heads, head_dim]
+  float* out = nullptr;                     // [num_tokens, num_heads, head_dim]
+  const float* key_cache = nullptr;         // [num_blocks, num_kv_heads, block_size, head_dim]
+  const float* value_cache = nullptr;       // [num_blocks, num_kv_heads, block_size, head_dim]
+  const int32_t* query_start_loc = nullptr;  // [num_seqs + 1], prefix sums of q_len
+  const int32_t* seq_lens = nullptr;         // [num_seqs]
+  const int32_t* block_tables = nullptr;     // [num_seqs, max_blocks_per_seq]
+  int num_seqs = 0;
+  int max_blocks_per_seq = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int block_size = 0;
+  float scale = 1.0f;  // usually 1 / sqrt(head_dim)
+};
+void paged_attention(const PagedAttentionParams& params);
+
+}  // namespace pagedserve::kernels

@@ -1,0 +1,107 @@
+// paged_attention: causal attention for a mixed batch of decode and prefill sequences whose
+// keys and values live in a paged KV cache and are reached only through block tables.
+//
+// Each (query token, head) walks its sequence's blocks in order with an online softmax, as
+// FlashAttention and vLLM's paged kernels do: per block it computes the block's scores, raises
+// the running max if needed (rescaling the running sum and output by exp(old_max - new_max)),
+// then accumulates exp(score - max) * v. One pass over K/V, no buffer sized by sequence length,
+// and the CUDA kernel follows the same order, so this is its reference twin.
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/kernels.h"
+
+namespace pagedserve::kernels {
+namespace {
+
+constexpr int kMaxBlockSize = 128;  // scores of one block live in a stack array
+
+// dot(a, b) over n floats with independent partial sums, so the loop vectorises at -O3.
+float dot(const float* a, const float* b, int n) {
+  constexpr int kLanes = 8;
+  float lanes[kLanes] = {};
+  const int n_vec = n - n % kLanes;
+  for (int i = 0; i < n_vec; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] += a[i + l] * b[i + l];
+  }
+  float sum = 0.0f;
+  for (int l = 0; l < kLanes; ++l) sum += lanes[l];
+  for (int i = n_vec; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// Attention of one query head q ([head_dim]) at position `pos` over the blocks of one sequence
+// (block_table: its row of block ids) for KV head kv_head; writes out ([head_dim]).
+void attend_one(const PagedAttentionParams& p, const float* q, const int32_t* block_table, int pos,
+                int kv_head, float* out) {
+  const int d = p.head_dim;
+  const long head_stride = static_cast<long>(p.block_size) * d;  // within a block
+  const long block_stride = p.num_kv_heads * head_stride;        // between blocks
+  float scores[kMaxBlockSize];
+  float running_max = -std::numeric_limits<float>::infinity();
+  float running_sum = 0.0f;
+  std::fill(out, out + d, 0.0f);  // out doubles as the unnormalised accumulator
+  const int num_blocks = pos / p.block_size + 1;
+  for (int b = 0; b < num_blocks; ++b) {
+    const int32_t block_id = block_table[b];
+    assert(block_id >= 0);
+    const long base = block_id * block_stride + kv_head * head_stride;
+    const float* keys = p.key_cache + base;
+    const float* values = p.value_cache + base;
+    // Positions past the query's own are masked by not reading them at all.
+    const int n_valid = std::min(p.block_size, pos + 1 - b * p.block_size);
+    float block_max = -std::numeric_limits<float>::infinity();
+    for (int j = 0; j < n_valid; ++j) {
+      scores[j] = dot(q, keys + static_cast<long>(j) * d, d) * p.scale;
+      block_max = std::max(block_max, scores[j]);
+    }
+    if (block_max > running_max) {
+      // exp(-inf) == 0 on the first block, which zeroes the (already zero) state harmlessly.
+      const float rescale = std::exp(running_max - block_max);
+      running_sum *= rescale;
+      for (int i = 0; i < d; ++i) out[i] *= rescale;
+      running_max = block_max;
+    }
+    for (int j = 0; j < n_valid; ++j) {
+      const float weight = std::exp(scores[j] - running_max);
+      running_sum += weight;
+      const float* v = values + static_cast<long>(j) * d;
+      for (int i = 0; i < d; ++i) out[i] += weight * v[i];
+    }
+  }
+  const float inv_sum = 1.0f / running_sum;
+  for (int i = 0; i < d; ++i) out[i] *= inv_sum;
+}
+
+}  // namespace
+
+void paged_attention(const PagedAttentionParams& p) {
+  assert(p.query != nullptr && p.out != nullptr && p.query != p.out);
+  assert(p.key_cache != nullptr && p.value_cache != nullptr);
+  assert(p.query_start_loc != nullptr && p.seq_lens != nullptr && p.block_tables != nullptr);
+  assert(p.num_seqs >= 0 && p.head_dim > 0);
+  assert(p.block_size >= 1 && p.block_size <= kMaxBlockSize);
+  assert(p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0);
+  const int group = p.num_heads / p.num_kv_heads;
+  const long token_stride = static_cast<long>(p.num_heads) * p.head_dim;
+  for (int s = 0; s < p.num_seqs; ++s) {
+    const int q_begin = p.query_start_loc[s];
+    const int q_len = p.query_start_loc[s + 1] - q_begin;
+    const int seq_len = p.seq_lens[s];
+    assert(q_len >= 0 && seq_len >= q_len);
+    assert((seq_len + p.block_size - 1) / p.block_size <= p.max_blocks_per_seq);
+    const int32_t* block_table = p.block_tables + static_cast<long>(s) * p.max_blocks_per_seq;
+    for (int i = 0; i < q_len; ++i) {
+      const long token = q_begin + i;
+      const int pos = seq_len - q_len + i;
+      for (int h = 0; h < p.num_heads; ++h) {
+        const long offset = token * token_stride + static_cast<long>(h) * p.head_dim;
+        attend_one(p, p.query + offset, block_table, pos, h / group, p.out + offset);
+      }
+    }
+  }
+}
+
+}  // namespace pagedserve::kernels

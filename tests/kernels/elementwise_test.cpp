@@ -1,0 +1,130 @@
+// Tests rms_norm, rope_rotate_half and silu_and_mul against double-precision references.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/kernels.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace pagedserve::kernels {
+namespace {
+
+using testing::all_close;
+using testing::random_floats;
+using testing::random_int;
+
+std::vector<double> rms_norm_reference(const std::vector<float>& x, const std::vector<float>& w,
+                                       int rows, int hidden, float eps) {
+  std::vector<double> out(x.size());
+  for (int r = 0; r < rows; ++r) {
+    double sum_sq = 0.0;
+    for (int i = 0; i < hidden; ++i)
+      sum_sq += static_cast<double>(x[r * hidden + i]) * x[r * hidden + i];
+    const double inv_rms = 1.0 / std::sqrt(sum_sq / hidden + eps);
+    for (int i = 0; i < hidden; ++i) out[r * hidden + i] = x[r * hidden + i] * inv_rms * w[i];
+  }
+  return out;
+}
+
+TEST(RmsNorm, MatchesReference) {
+  std::mt19937 rng(7);
+  struct Case {
+    int rows, hidden;
+    float eps;
+  };
+  for (const Case c : {Case{1, 1, 1e-5f}, Case{3, 7, 1e-6f}, Case{2, 64, 1e-5f},
+                       Case{5, 1000, 1e-6f}, Case{4, 4096, 1e-5f}, Case{1, 17, 0.5f}}) {
+    SCOPED_TRACE(::testing::Message() << "rows=" << c.rows << " hidden=" << c.hidden);
+    const auto x = random_floats(rng, static_cast<size_t>(c.rows) * c.hidden, -3.0f, 3.0f);
+    const auto w = random_floats(rng, c.hidden, 0.5f, 1.5f);
+    std::vector<float> out(x.size());
+    rms_norm(x.data(), w.data(), out.data(), c.rows, c.hidden, c.eps);
+    const auto expected = rms_norm_reference(x, w, c.rows, c.hidden, c.eps);
+    EXPECT_TRUE(all_close(out.data(), expected, 1e-6, 1e-5));
+    // In place: out aliases x.
+    auto in_place = x;
+    rms_norm(in_place.data(), w.data(), in_place.data(), c.rows, c.hidden, c.eps);
+    EXPECT_TRUE(all_close(in_place.data(), expected, 1e-6, 1e-5));
+  }
+}
+
+// Rotates pairs (i, i + d/2) of every head by pos * theta^(-2i/d), written out with explicit
+// cos and sin in double.
+std::vector<double> rope_reference(const std::vector<float>& x, const std::vector<int32_t>& pos,
+                                   int heads, int d, float theta) {
+  std::vector<double> out(x.size());
+  const int half = d / 2;
+  for (size_t t = 0; t < pos.size(); ++t) {
+    for (int h = 0; h < heads; ++h) {
+      const size_t base = (t * heads + h) * d;
+      for (int i = 0; i < half; ++i) {
+        const double angle = pos[t] * std::pow(static_cast<double>(theta), -2.0 * i / d);
+        const double a = x[base + i], b = x[base + i + half];
+        out[base + i] = a * std::cos(angle) - b * std::sin(angle);
+        out[base + i + half] = b * std::cos(angle) + a * std::sin(angle);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(RopeRotateHalf, MatchesExplicitRotation) {
+  std::mt19937 rng(11);
+  struct Case {
+    int tokens, heads, kv_heads, d;
+    float theta;
+    int max_pos;
+  };
+  // head_dim 160 and 256 have more pairs than the kernel's 64-pair chunk.
+  for (const Case c : {Case{1, 1, 1, 2, 10000.0f, 10}, Case{3, 4, 2, 8, 10000.0f, 100},
+                       Case{5, 8, 2, 64, 10000.0f, 4096}, Case{4, 4, 1, 128, 500000.0f, 131072},
+                       Case{2, 2, 2, 160, 10000.0f, 1000}, Case{3, 2, 1, 256, 1000000.0f, 50000},
+                       Case{2, 3, 3, 6, 10000.0f, 7}}) {
+    SCOPED_TRACE(::testing::Message() << "tokens=" << c.tokens << " d=" << c.d);
+    std::vector<int32_t> pos(c.tokens);
+    for (auto& p : pos) p = random_int(rng, 0, c.max_pos);
+    pos[0] = 0;  // position 0 is the identity
+    auto q = random_floats(rng, static_cast<size_t>(c.tokens) * c.heads * c.d);
+    auto k = random_floats(rng, static_cast<size_t>(c.tokens) * c.kv_heads * c.d);
+    const auto q_expected = rope_reference(q, pos, c.heads, c.d, c.theta);
+    const auto k_expected = rope_reference(k, pos, c.kv_heads, c.d, c.theta);
+    rope_rotate_half(q.data(), k.data(), pos.data(), c.tokens, c.heads, c.kv_heads, c.d, c.theta);
+    EXPECT_TRUE(all_close(q.data(), q_expected, 1e-6, 1e-5));
+    EXPECT_TRUE(all_close(k.data(), k_expected, 1e-6, 1e-5));
+  }
+}
+
+std::vector<double> silu_reference(const std::vector<float>& gate, const std::vector<float>& up) {
+  std::vector<double> out(gate.size());
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double g = gate[i];
+    out[i] = g / (1.0 + std::exp(-g)) * up[i];
+  }
+  return out;
+}
+
+TEST(SiluAndMul, MatchesReferenceIncludingAliasing) {
+  std::mt19937 rng(5);
+  for (int n : {1, 7, 64, 1001}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    auto gate = random_floats(rng, n, -8.0f, 8.0f);
+    const auto up = random_floats(rng, n, -2.0f, 2.0f);
+    gate[0] = n > 1 ? -100.0f : 100.0f;  // exp(-gate) overflows to inf: silu must still be ~0
+    const auto expected = silu_reference(gate, up);
+    std::vector<float> out(n);
+    silu_and_mul(gate.data(), up.data(), out.data(), n);
+    EXPECT_TRUE(all_close(out.data(), expected, 1e-6, 1e-5));
+    auto gate_alias = gate;
+    silu_and_mul(gate_alias.data(), up.data(), gate_alias.data(), n);
+    EXPECT_TRUE(all_close(gate_alias.data(), expected, 1e-6, 1e-5));
+    auto up_alias = up;
+    silu_and_mul(gate.data(), up_alias.data(), up_alias.data(), n);
+    EXPECT_TRUE(all_close(up_alias.data(), expected, 1e-6, 1e-5));
+  }
+}
+
+}  // namespace
+}  // namespace pagedserve::kernels

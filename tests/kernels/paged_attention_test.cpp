@@ -1,0 +1,272 @@
+// Tests paged_attention against a naive causal attention over contiguous K/V in double.
+//
+// Each case scatters every sequence's K/V across a pool larger than needed, in shuffled block
+// order, with random junk in every slot no sequence owns and junk block ids in unused block
+// table entries, so reading a wrong block, a wrong offset or past the causal limit all change
+// the result.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/kernels.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace pagedserve::kernels {
+namespace {
+
+using testing::all_close;
+using testing::random_floats;
+using testing::random_int;
+
+struct SeqSpec {
+  int seq_len;  // context in the cache, including this step's queries
+  int q_len;    // 1 for decode, seq_len for a whole prefill, less for a prefill chunk
+};
+
+struct AttentionCase {
+  int block_size;
+  int num_kv_heads;
+  int group;  // query heads per KV head
+  int head_dim;
+  float scale_factor;  // scale = scale_factor / sqrt(head_dim); > 1 sharpens the softmax
+  std::vector<SeqSpec> seqs;
+};
+
+::testing::Message describe(const AttentionCase& c) {
+  ::testing::Message m;
+  m << "block_size=" << c.block_size << " kv_heads=" << c.num_kv_heads << " group=" << c.group
+    << " head_dim=" << c.head_dim << " scale_factor=" << c.scale_factor << " seqs=";
+  for (const SeqSpec& s : c.seqs) m << "(" << s.seq_len << "," << s.q_len << ")";
+  return m;
+}
+
+// A batch laid out the way the engine hands it to the kernel, plus each sequence's K/V in
+// contiguous form for the reference.
+struct PagedBatch {
+  int max_blocks = 0;
+  std::vector<int32_t> block_tables;               // [num_seqs, max_blocks]
+  std::vector<float> key_cache, value_cache;       // [pool, kv_heads, block_size, head_dim]
+  std::vector<std::vector<float>> keys, values;    // per sequence: [seq_len, kv_heads, d]
+  std::vector<int32_t> query_start_loc, seq_lens;  // [num_seqs + 1], [num_seqs]
+  std::vector<float> query;                        // [num_tokens, num_heads, head_dim]
+};
+
+// Block tables: shuffled ids from a pool with spare blocks; unused entries point at spares.
+void make_block_tables(const AttentionCase& c, std::mt19937& rng, PagedBatch& batch, int& pool) {
+  const int bs = c.block_size;
+  int needed = 0;
+  batch.max_blocks = 1;
+  for (const SeqSpec& s : c.seqs) {
+    const int n = (s.seq_len + bs - 1) / bs;
+    batch.max_blocks = std::max(batch.max_blocks, n + 1);
+    needed += n;
+  }
+  pool = 2 * needed + 3;
+  std::vector<int32_t> ids(pool);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  batch.block_tables.resize(c.seqs.size() * batch.max_blocks);
+  int next_id = 0;
+  for (size_t s = 0; s < c.seqs.size(); ++s) {
+    const int n = (c.seqs[s].seq_len + bs - 1) / bs;
+    for (int b = 0; b < batch.max_blocks; ++b) {
+      batch.block_tables[s * batch.max_blocks + b] =
+          b < n ? ids[next_id++] : ids[needed + random_int(rng, 0, pool - needed - 1)];
+    }
+  }
+}
+
+PagedBatch make_batch(const AttentionCase& c, std::mt19937& rng) {
+  PagedBatch batch;
+  int pool = 0;
+  make_block_tables(c, rng, batch, pool);
+  const int num_seqs = static_cast<int>(c.seqs.size());
+  const int d = c.head_dim;
+  const int bs = c.block_size;
+  // Junk everywhere, then each sequence's contiguous K/V scattered into its blocks.
+  const size_t block_floats = static_cast<size_t>(c.num_kv_heads) * bs * d;
+  batch.key_cache = random_floats(rng, pool * block_floats);
+  batch.value_cache = random_floats(rng, pool * block_floats);
+  batch.keys.resize(num_seqs);
+  batch.values.resize(num_seqs);
+  for (int s = 0; s < num_seqs; ++s) {
+    const int len = c.seqs[s].seq_len;
+    batch.keys[s] = random_floats(rng, static_cast<size_t>(len) * c.num_kv_heads * d);
+    batch.values[s] = random_floats(rng, static_cast<size_t>(len) * c.num_kv_heads * d);
+    for (int p = 0; p < len; ++p) {
+      const size_t block = batch.block_tables[s * batch.max_blocks + p / bs];
+      for (int h = 0; h < c.num_kv_heads; ++h) {
+        const size_t dst = block * block_floats + (static_cast<size_t>(h) * bs + p % bs) * d;
+        const size_t src = (static_cast<size_t>(p) * c.num_kv_heads + h) * d;
+        std::copy_n(batch.keys[s].begin() + src, d, batch.key_cache.begin() + dst);
+        std::copy_n(batch.values[s].begin() + src, d, batch.value_cache.begin() + dst);
+      }
+    }
+  }
+  batch.query_start_loc.assign(num_seqs + 1, 0);
+  batch.seq_lens.resize(num_seqs);
+  for (int s = 0; s < num_seqs; ++s) {
+    batch.query_start_loc[s + 1] = batch.query_start_loc[s] + c.seqs[s].q_len;
+    batch.seq_lens[s] = c.seqs[s].seq_len;
+  }
+  const size_t num_tokens = batch.query_start_loc[num_seqs];
+  batch.query = random_floats(rng, num_tokens * c.num_kv_heads * c.group * d);
+  return batch;
+}
+
+// softmax(scale * q . k_j) v_j summed over j <= pos, in double, on the contiguous K/V.
+std::vector<double> reference_attention(const AttentionCase& c, const PagedBatch& batch,
+                                        float scale) {
+  const int num_heads = c.num_kv_heads * c.group;
+  const int d = c.head_dim;
+  std::vector<double> expected(batch.query.size());
+  std::vector<double> weights;
+  for (size_t s = 0; s < c.seqs.size(); ++s) {
+    const SeqSpec& spec = c.seqs[s];
+    for (int i = 0; i < spec.q_len; ++i) {
+      const int token = batch.query_start_loc[s] + i;
+      const int pos = spec.seq_len - spec.q_len + i;
+      for (int h = 0; h < num_heads; ++h) {
+        const int kv = h / c.group;
+        const float* q = &batch.query[(static_cast<size_t>(token) * num_heads + h) * d];
+        weights.assign(pos + 1, 0.0);
+        double max_score = -INFINITY;
+        for (int j = 0; j <= pos; ++j) {
+          const float* k = &batch.keys[s][(static_cast<size_t>(j) * c.num_kv_heads + kv) * d];
+          double dot = 0.0;
+          for (int x = 0; x < d; ++x) dot += static_cast<double>(q[x]) * k[x];
+          weights[j] = dot * scale;
+          max_score = std::max(max_score, weights[j]);
+        }
+        double sum = 0.0;
+        for (double& w : weights) sum += (w = std::exp(w - max_score));
+        double* o = &expected[(static_cast<size_t>(token) * num_heads + h) * d];
+        for (int j = 0; j <= pos; ++j) {
+          const float* v = &batch.values[s][(static_cast<size_t>(j) * c.num_kv_heads + kv) * d];
+          for (int x = 0; x < d; ++x) o[x] += weights[j] / sum * v[x];
+        }
+      }
+    }
+  }
+  return expected;
+}
+
+void run_case(const AttentionCase& c, std::mt19937& rng) {
+  SCOPED_TRACE(describe(c));
+  const PagedBatch batch = make_batch(c, rng);
+  const float scale = c.scale_factor / std::sqrt(static_cast<float>(c.head_dim));
+  std::vector<float> out(batch.query.size(), std::nanf(""));
+
+  PagedAttentionParams params;
+  params.query = batch.query.data();
+  params.out = out.data();
+  params.key_cache = batch.key_cache.data();
+  params.value_cache = batch.value_cache.data();
+  params.query_start_loc = batch.query_start_loc.data();
+  params.seq_lens = batch.seq_lens.data();
+  params.block_tables = batch.block_tables.data();
+  params.num_seqs = static_cast<int>(c.seqs.size());
+  params.max_blocks_per_seq = batch.max_blocks;
+  params.num_heads = c.num_kv_heads * c.group;
+  params.num_kv_heads = c.num_kv_heads;
+  params.head_dim = c.head_dim;
+  params.block_size = c.block_size;
+  params.scale = scale;
+  paged_attention(params);
+
+  // Outputs are convex combinations of values in [-1, 1], so abs and rel 1e-5 both fit.
+  EXPECT_TRUE(all_close(out.data(), reference_attention(c, batch, scale), 1e-5, 1e-5));
+}
+
+// A decode, a whole prefill and a prefill chunk with earlier context, in one call, around the
+// boundaries of 16-token blocks.
+TEST(PagedAttention, MixedBatchAcrossBlockBoundaries) {
+  std::mt19937 rng(1);
+  run_case({16, 2, 4, 64, 1.0f, {{1, 1}, {16, 1}, {17, 1}, {33, 33}, {50, 10}, {100, 1}, {32, 16}}},
+           rng);
+}
+
+TEST(PagedAttention, BlockSizes) {
+  std::mt19937 rng(2);
+  for (int bs : {1, 2, 3, 5, 8, 16, 17, 32, 100, 128}) {
+    // Lengths just below, at and past one and two blocks.
+    run_case({bs,
+              2,
+              2,
+              8,
+              1.0f,
+              {{bs, 1},
+               {bs + 1, 1},
+               {2 * bs, std::min(2 * bs, 3)},
+               {2 * bs + 1, std::min(2 * bs + 1, 9)},
+               {1, 1}}},
+             rng);
+    if (HasFailure()) return;
+  }
+}
+
+TEST(PagedAttention, HeadDimsAndGqaRatios) {
+  std::mt19937 rng(3);
+  for (int d : {8, 64, 128, 7}) {
+    for (int group : {1, 2, 4, 8}) {
+      run_case({8, 2, group, d, 1.0f, {{20, 1}, {9, 4}, {12, 12}}}, rng);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// Sharp softmax: scores spread over tens of units, so the running max moves block by block and
+// the rescaling of earlier blocks dominates the result.
+TEST(PagedAttention, SharpSoftmaxRescales) {
+  std::mt19937 rng(4);
+  run_case({4, 1, 2, 64, 8.0f, {{61, 1}, {40, 40}, {64, 5}}}, rng);
+  run_case({1, 2, 1, 8, 16.0f, {{30, 30}}}, rng);
+}
+
+TEST(PagedAttention, RandomShapes) {
+  std::mt19937 rng(5);
+  const int block_sizes[] = {1, 2, 3, 8, 13, 16, 32, 128};  // 8 entries
+  const int head_dims[] = {8, 64, 128, 7};
+  const int groups[] = {1, 2, 4, 8};
+  for (int trial = 0; trial < 120; ++trial) {
+    AttentionCase c;
+    c.block_size = block_sizes[random_int(rng, 0, 7)];
+    c.num_kv_heads = random_int(rng, 1, 2);
+    c.group = groups[random_int(rng, 0, 3)];
+    c.head_dim = head_dims[random_int(rng, 0, 3)];
+    c.scale_factor = std::uniform_real_distribution<float>(0.5f, 4.0f)(rng);
+    const int num_seqs = random_int(rng, 1, 4);
+    for (int s = 0; s < num_seqs; ++s) {
+      switch (random_int(rng, 0, 2)) {
+        case 0:
+          c.seqs.push_back({random_int(rng, 1, 300), 1});
+          break;   // decode
+        case 1: {  // whole prefill
+          const int len = random_int(rng, 1, 40);
+          c.seqs.push_back({len, len});
+          break;
+        }
+        default: {  // prefill chunk after earlier context
+          const int q_len = random_int(rng, 2, 24);
+          c.seqs.push_back({q_len + random_int(rng, 1, 150), q_len});
+        }
+      }
+    }
+    run_case(c, rng);
+    if (HasFailure()) return;
+  }
+}
+
+// Sequences with no queries this step (q_len 0) sit between ones that have some.
+TEST(PagedAttention, SequenceWithoutQueries) {
+  std::mt19937 rng(6);
+  run_case({8, 1, 2, 8, 1.0f, {{10, 0}, {5, 1}, {9, 0}}}, rng);
+}
+
+}  // namespace
+}  // namespace pagedserve::kernels
