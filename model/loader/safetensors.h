@@ -1,0 +1,79 @@
+// Memory-mapped safetensors files: one file, or a sharded set named by
+// model.safetensors.index.json. Tensors are views into the mapping; nothing is copied until a
+// caller converts a tensor to float32.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pagedserve::model {
+
+enum class DType { F32, F16, BF16 };
+
+const char* dtype_name(DType dtype);  // "F32", "F16", "BF16"
+size_t dtype_size(DType dtype);
+
+// A tensor inside a mapped file. Valid while its SafetensorsFile/WeightStore lives.
+struct TensorView {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const std::byte* data = nullptr;
+  size_t num_bytes = 0;
+  std::filesystem::path file;  // which file holds it, for error messages
+
+  int64_t num_elements() const;
+};
+
+// Converts any supported dtype to float32 (F16 and BF16 widened exactly).
+std::vector<float> to_f32(const TensorView& tensor);
+
+// One mmapped .safetensors file. Throws ModelError naming the file when the file is missing,
+// shorter than its header, has a header that is not JSON or not the safetensors schema, uses an
+// unsupported dtype, or has offsets that overlap, leave gaps or run past the end of the file,
+// or a shape whose element count does not match its byte range.
+class SafetensorsFile {
+ public:
+  static std::unique_ptr<SafetensorsFile> open(const std::filesystem::path& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  SafetensorsFile() = default;
+  std::filesystem::path path_;
+  void* mapping_ = nullptr;
+  size_t mapping_bytes_ = 0;
+  std::map<std::string, TensorView> tensors_;
+};
+
+// All the weights of a model directory: model.safetensors, or the shards listed in
+// model.safetensors.index.json (weight_map). Throws ModelError when neither exists, the index
+// is invalid, or a shard is missing or lacks a tensor the index promised.
+class WeightStore {
+ public:
+  static WeightStore open(const std::filesystem::path& model_dir);
+
+  // nullptr when absent.
+  const TensorView* find(const std::string& name) const;
+  // Throws ModelError "<file>: missing tensor <name>" (file = the model file or index) when
+  // absent, or "<file>: tensor <name> has shape [..], expected [..]" on a shape mismatch.
+  const TensorView& require(const std::string& name, const std::vector<int64_t>& shape) const;
+
+  const std::filesystem::path& source() const { return source_; }  // file or index path
+
+ private:
+  std::filesystem::path source_;
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorView*> index_;
+};
+
+}  // namespace pagedserve::model
