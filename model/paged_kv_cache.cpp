@@ -1,0 +1,40 @@
+// PagedKvCache: per-layer key/value block pools and block copies.
+#include "model/paged_kv_cache.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace pagedserve::model {
+
+PagedKvCache::PagedKvCache(int num_layers, int num_blocks, int block_size, int num_kv_heads,
+                           int head_dim)
+    : num_layers_(num_layers),
+      num_blocks_(num_blocks),
+      block_size_(block_size),
+      num_kv_heads_(num_kv_heads),
+      head_dim_(head_dim),
+      floats_per_block_(static_cast<size_t>(num_kv_heads) * block_size * head_dim) {
+  const size_t floats_per_layer = floats_per_block_ * static_cast<size_t>(num_blocks);
+  keys_.assign(num_layers, std::vector<float>(floats_per_layer, 0.0f));
+  values_.assign(num_layers, std::vector<float>(floats_per_layer, 0.0f));
+}
+
+kernels::KvCacheView PagedKvCache::layer(int layer_index) {
+  assert(layer_index >= 0 && layer_index < num_layers_);
+  return kernels::KvCacheView{keys_[layer_index].data(), values_[layer_index].data(), num_blocks_,
+                              block_size_, num_kv_heads_, head_dim_};
+}
+
+void PagedKvCache::copy_block(int32_t src, int32_t dst) { copy_block_to(src, *this, dst); }
+
+void PagedKvCache::copy_block_to(int32_t src, PagedKvCache& other, int32_t dst) const {
+  assert(src >= 0 && src < num_blocks_ && dst >= 0 && dst < other.num_blocks_);
+  assert(other.floats_per_block_ == floats_per_block_ && other.num_layers_ == num_layers_);
+  const size_t n = floats_per_block_;
+  for (int l = 0; l < num_layers_; ++l) {
+    std::copy_n(keys_[l].begin() + src * n, n, other.keys_[l].begin() + dst * n);
+    std::copy_n(values_[l].begin() + src * n, n, other.values_[l].begin() + dst * n);
+  }
+}
+
+}  // namespace pagedserve::model

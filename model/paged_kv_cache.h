@@ -1,0 +1,46 @@
+// PagedKvCache: the executor's KV memory for every layer, as one pool of fixed-size blocks.
+// The block manager (cache/) decides which block holds which tokens; this class only owns the
+// bytes and performs the block copies it is told to (copy-on-write, swap in and out).
+// Owned by the executor; not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/kernels.h"
+
+namespace pagedserve::model {
+
+class PagedKvCache {
+ public:
+  PagedKvCache(int num_layers, int num_blocks, int block_size, int num_kv_heads, int head_dim);
+
+  kernels::KvCacheView layer(int layer_index);
+
+  // Copies block `src` to block `dst` in every layer (keys and values), within this pool.
+  void copy_block(int32_t src, int32_t dst);
+  // Copies block `src` of this pool to block `dst` of `other` (same shape except block count);
+  // swap out and swap in are this between the device pool and the CPU swap pool.
+  void copy_block_to(int32_t src, PagedKvCache& other, int32_t dst) const;
+
+  int num_layers() const { return num_layers_; }
+  int num_blocks() const { return num_blocks_; }
+  int block_size() const { return block_size_; }
+  // Floats of one block in one layer, for keys or for values alone.
+  size_t floats_per_block() const { return floats_per_block_; }
+  // Bytes one block takes across all layers, keys and values.
+  size_t bytes_per_block() const { return 2 * num_layers_ * floats_per_block_ * sizeof(float); }
+
+ private:
+  int num_layers_;
+  int num_blocks_;
+  int block_size_;
+  int num_kv_heads_;
+  int head_dim_;
+  size_t floats_per_block_;
+  std::vector<std::vector<float>> keys_;    // per layer: [num_blocks, num_kv_heads, block_size, head_dim]
+  std::vector<std::vector<float>> values_;  // same layout as keys_
+};
+
+}  // namespace pagedserve::model

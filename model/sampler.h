@@ -1,0 +1,23 @@
+// Sampler: picks the next token from one row of logits. Pure and stateless: randomness comes
+// from a counter-based generator keyed by (seed, step), so a request's draws do not depend on
+// what else shares its batch or on which thread runs it, and a seeded request replays exactly.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "model/sampling_params.h"
+
+namespace pagedserve::model {
+
+// A uniform double in [0, 1) determined only by (seed, step).
+double uniform_from_counter(uint64_t seed, uint64_t step);
+
+// Greedy picks the argmax (the lowest id among ties). Otherwise the logits are divided by the
+// temperature, filtered by top-k, top-p and min-p (each relative to the softmax of what
+// remains, applied in that order as vLLM does), renormalised, and sampled by inverse CDF with
+// uniform_from_counter(seed, step).
+int32_t sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
+                     uint64_t step);
+
+}  // namespace pagedserve::model
