@@ -102,8 +102,7 @@ std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& 
     kernels::matmul_nt(h.data(), w.wk.data(), k.data(), num_tokens, kv_width, hidden);
     kernels::matmul_nt(h.data(), w.wv.data(), v.data(), num_tokens, kv_width, hidden);
     kernels::rope_rotate_half(q.data(), k.data(), batch.positions.data(), num_tokens,
-                              c.num_attention_heads, c.num_key_value_heads, head_dim,
-                              c.rope_theta);
+                              c.num_attention_heads, c.num_key_value_heads, head_dim, c.rope_theta);
     const kernels::KvCacheView layer_cache = cache.layer(l);
     kernels::write_kv(k.data(), v.data(), batch.slot_mapping.data(), num_tokens, layer_cache);
     attention.key_cache = layer_cache.key;

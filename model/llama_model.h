@@ -21,7 +21,7 @@ struct ForwardBatch {
   std::vector<int32_t> seq_lens;         // [num_seqs], context length including new tokens
   std::vector<int32_t> block_tables;     // [num_seqs, max_blocks_per_seq], padded with 0
   int max_blocks_per_seq = 0;
-  std::vector<int32_t> logits_indices;   // rows of token_ids whose logits are wanted
+  std::vector<int32_t> logits_indices;  // rows of token_ids whose logits are wanted
 
   int num_seqs() const { return static_cast<int>(seq_lens.size()); }
   int num_tokens() const { return static_cast<int>(token_ids.size()); }

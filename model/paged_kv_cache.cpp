@@ -21,8 +21,12 @@ PagedKvCache::PagedKvCache(int num_layers, int num_blocks, int block_size, int n
 
 kernels::KvCacheView PagedKvCache::layer(int layer_index) {
   assert(layer_index >= 0 && layer_index < num_layers_);
-  return kernels::KvCacheView{keys_[layer_index].data(), values_[layer_index].data(), num_blocks_,
-                              block_size_, num_kv_heads_, head_dim_};
+  return kernels::KvCacheView{keys_[layer_index].data(),
+                              values_[layer_index].data(),
+                              num_blocks_,
+                              block_size_,
+                              num_kv_heads_,
+                              head_dim_};
 }
 
 void PagedKvCache::copy_block(int32_t src, int32_t dst) { copy_block_to(src, *this, dst); }

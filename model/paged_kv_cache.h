@@ -39,7 +39,8 @@ class PagedKvCache {
   int num_kv_heads_;
   int head_dim_;
   size_t floats_per_block_;
-  std::vector<std::vector<float>> keys_;    // per layer: [num_blocks, num_kv_heads, block_size, head_dim]
+  std::vector<std::vector<float>>
+      keys_;  // per layer: [num_blocks, num_kv_heads, block_size, head_dim]
   std::vector<std::vector<float>> values_;  // same layout as keys_
 };
 

@@ -33,11 +33,12 @@ std::string SamplingParams::validate() const {
     return bad("temperature must be a finite number >= 0, got " + std::to_string(temperature));
   if (!(top_p > 0.0f && top_p <= 1.0f))
     return bad("top_p must be in (0, 1], got " + std::to_string(top_p));
-  if (top_k < -1) return bad("top_k must be -1 (off), 0 (off) or positive, got " +
-                             std::to_string(top_k));
+  if (top_k < -1)
+    return bad("top_k must be -1 (off), 0 (off) or positive, got " + std::to_string(top_k));
   if (!(min_p >= 0.0f && min_p <= 1.0f))
     return bad("min_p must be in [0, 1], got " + std::to_string(min_p));
-  if (max_tokens < 1) return bad("max_tokens must be at least 1, got " + std::to_string(max_tokens));
+  if (max_tokens < 1)
+    return bad("max_tokens must be at least 1, got " + std::to_string(max_tokens));
   if (min_tokens < 0) return bad("min_tokens must be >= 0, got " + std::to_string(min_tokens));
   if (min_tokens > max_tokens)
     return bad("min_tokens (" + std::to_string(min_tokens) + ") must not exceed max_tokens (" +
@@ -64,8 +65,7 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& params
   // Top-k keeps the k largest; the survivors are sorted so top-p can walk them in order.
   size_t keep = candidates.size();
   if (params.top_k > 0 && params.top_k < vocab) keep = static_cast<size_t>(params.top_k);
-  std::partial_sort(candidates.begin(), candidates.begin() + keep, candidates.end(),
-                    by_logit_desc);
+  std::partial_sort(candidates.begin(), candidates.begin() + keep, candidates.end(), by_logit_desc);
   candidates.resize(keep);
 
   std::vector<double> probs(candidates.size());

@@ -10,13 +10,13 @@
 namespace pagedserve::model {
 
 struct SamplingParams {
-  float temperature = 1.0f;  // 0 = greedy
-  float top_p = 1.0f;        // (0, 1]; 1 = off
-  int top_k = 0;             // 0 or -1 = off
-  float min_p = 0.0f;        // [0, 1]; 0 = off
+  float temperature = 1.0f;      // 0 = greedy
+  float top_p = 1.0f;            // (0, 1]; 1 = off
+  int top_k = 0;                 // 0 or -1 = off
+  float min_p = 0.0f;            // [0, 1]; 0 = off
   std::optional<uint64_t> seed;  // same seed and prompt -> same output
   int max_tokens = 16;
-  int min_tokens = 0;        // EOS and stop ids are ignored until this many tokens exist
+  int min_tokens = 0;  // EOS and stop ids are ignored until this many tokens exist
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;
 

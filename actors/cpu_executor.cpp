@@ -1,0 +1,56 @@
+// CpuExecutor: block copies, one batched forward pass, then sampling of each sequence.
+#include "actors/cpu_executor.h"
+
+#include <span>
+#include <utility>
+
+#include "model/sampler.h"
+
+namespace pagedserve::actors {
+
+CpuExecutor::CpuExecutor(model::LlamaWeights weights, int block_size, int num_device_blocks,
+                         int num_cpu_blocks)
+    : model_(std::move(weights)),
+      device_cache_(model_.config().num_hidden_layers, num_device_blocks, block_size,
+                    model_.config().num_key_value_heads, model_.config().head_dim),
+      cpu_cache_(model_.config().num_hidden_layers, num_cpu_blocks, block_size,
+                 model_.config().num_key_value_heads, model_.config().head_dim) {}
+
+StepOutput CpuExecutor::execute(const StepInput& input) {
+  // Swap-out first: the blocks it frees may be the destinations of this step's swap-ins.
+  for (const cache::BlockCopy& copy : input.swap_out) {
+    device_cache_.copy_block_to(copy.src, cpu_cache_, copy.dst);
+  }
+  for (const cache::BlockCopy& copy : input.swap_in) {
+    cpu_cache_.copy_block_to(copy.src, device_cache_, copy.dst);
+  }
+  for (const cache::BlockCopy& copy : input.block_copies) {
+    device_cache_.copy_block(copy.src, copy.dst);
+  }
+
+  StepOutput output;
+  output.step_id = input.step_id;
+  output.sampled_token_ids.assign(input.seqs.size(), -1);
+  if (input.seqs.empty()) return output;
+
+  model::ForwardBatch batch;
+  for (const ScheduledSequence& seq : input.seqs) {
+    batch.add_sequence(seq.new_token_ids, seq.num_computed_tokens, seq.block_table,
+                       device_cache_.block_size(), seq.sample);
+  }
+  const std::vector<float> logits = model_.forward(batch, device_cache_);
+
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  size_t row = 0;
+  for (size_t i = 0; i < input.seqs.size(); ++i) {
+    const ScheduledSequence& seq = input.seqs[i];
+    if (!seq.sample) continue;
+    std::span<const float> row_logits(logits.data() + row * vocab, vocab);
+    output.sampled_token_ids[i] =
+        model::sample_token(row_logits, seq.sampling, seq.seed, seq.sample_step);
+    ++row;
+  }
+  return output;
+}
+
+}  // namespace pagedserve::actors

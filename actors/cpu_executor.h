@@ -1,0 +1,31 @@
+// CpuExecutor: runs the Llama forward pass with the CPU kernels over a paged KV cache in host
+// memory, plus a second host pool that serves as swap space. The default executor wherever no
+// GPU is present. Lives on the executor thread; not thread-safe.
+#pragma once
+
+#include <memory>
+
+#include "actors/executor.h"
+#include "model/llama_model.h"
+#include "model/paged_kv_cache.h"
+
+namespace pagedserve::actors {
+
+class CpuExecutor final : public Executor {
+ public:
+  CpuExecutor(model::LlamaWeights weights, int block_size, int num_device_blocks,
+              int num_cpu_blocks);
+
+  StepOutput execute(const StepInput& input) override;
+  const model::ModelConfig& model_config() const override { return model_.config(); }
+  int num_device_blocks() const override { return device_cache_.num_blocks(); }
+  int num_cpu_blocks() const override { return cpu_cache_.num_blocks(); }
+  int block_size() const override { return device_cache_.block_size(); }
+
+ private:
+  model::LlamaModel model_;
+  model::PagedKvCache device_cache_;
+  model::PagedKvCache cpu_cache_;
+};
+
+}  // namespace pagedserve::actors

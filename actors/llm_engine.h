@@ -1,0 +1,67 @@
+// LlmEngine: the synchronous engine loop (tokenizer + scheduler + executor) that generate and
+// the tests drive step by step. The asynchronous actor system wraps the same pieces.
+// Not thread-safe: one thread calls add_request/step.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/executor.h"
+#include "actors/scheduler.h"
+#include "model/sampling_params.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace pagedserve::actors {
+
+struct EngineConfig {
+  std::filesystem::path model_dir;
+  int block_size = 16;    // tokens per KV block
+  int num_kv_blocks = 0;  // 0: derive from kv_cache_memory_bytes
+  int64_t kv_cache_memory_bytes = int64_t{2} << 30;
+  int64_t swap_space_bytes = 0;
+  int max_num_seqs = 256;
+  int max_model_len = 0;  // 0: the model's max_position_embeddings
+  int max_num_batched_tokens = 8192;
+  bool enable_prefix_caching = true;
+};
+
+// Thrown for a request the engine refuses (empty prompt, bad sampling field, too long).
+class InvalidRequest : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+class LlmEngine {
+ public:
+  // Loads the model and tokenizer from config.model_dir. Throws model::ModelError for bad
+  // model files and std::invalid_argument for bad engine settings.
+  explicit LlmEngine(const EngineConfig& config);
+  ~LlmEngine();
+
+  const model::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const model::ModelConfig& model_config() const { return executor_->model_config(); }
+  const EngineConfig& config() const { return config_; }
+  const Scheduler& scheduler() const { return *scheduler_; }
+
+  // Queues a request and returns its id. Throws InvalidRequest naming the problem.
+  uint64_t add_request(std::vector<int32_t> prompt_token_ids, const model::SamplingParams& params);
+  void abort_request(uint64_t id);
+  bool has_unfinished_requests() const { return scheduler_->has_unfinished(); }
+
+  // Runs one scheduler + executor iteration and reports what happened to each sequence.
+  std::vector<SequenceUpdate> step();
+
+ private:
+  EngineConfig config_;
+  std::unique_ptr<model::Tokenizer> tokenizer_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Scheduler> scheduler_;
+  uint64_t next_request_id_ = 1;
+  uint64_t seed_state_;
+};
+
+}  // namespace pagedserve::actors

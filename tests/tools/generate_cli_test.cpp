@@ -1,0 +1,94 @@
+// `pagedserve generate` as a user runs it: the built binary, its JSON output, its exit codes
+// and error messages for bad flags and bad model directories.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "tests/test_paths.h"
+
+namespace {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+CommandResult run(const std::string& args) {
+  const std::string command = std::string(PAGEDSERVE_BINARY) + " " + args + " 2>&1";
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return result;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string model_flag() { return "--model " + pagedserve::testing::stories260k_dir().string(); }
+
+TEST(GenerateCli, JsonGreedyOutputForABatchOfPrompts) {
+  const CommandResult r = run("generate " + model_flag() +
+                              " --prompt 'Once upon a time' --prompt 'Lily and Tom' "
+                              "--temperature 0 --max-tokens 20 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream lines(r.output);
+  std::string line;
+  std::vector<nlohmann::json> objects;
+  while (std::getline(lines, line)) objects.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(objects.size(), 2u);
+  EXPECT_EQ(objects[0]["prompt_token_ids"], nlohmann::json({1, 403, 407, 261, 378}));
+  EXPECT_EQ(objects[0]["text"].get<std::string>().rfind(", there was a little girl named Lily.", 0),
+            0u);
+  EXPECT_EQ(objects[0]["token_ids"].size(), 20u);
+  EXPECT_EQ(objects[0]["finish_reason"], "length");
+  EXPECT_EQ(objects[1]["finish_reason"], "length");
+}
+
+TEST(GenerateCli, TextModeStreamsTheContinuation) {
+  const CommandResult r = run("generate " + model_flag() +
+                              " --prompt 'Once upon a time' --temperature 0 --max-tokens 12");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind(", there was a little girl named Lily.", 0), 0u) << r.output;
+}
+
+TEST(GenerateCli, BadFlagsExitTwoNamingTheFlag) {
+  CommandResult r = run("generate " + model_flag() + " --prompt hi --max-tokens nope");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--max-tokens"), std::string::npos) << r.output;
+  r = run("generate " + model_flag() + " --prompt hi --top-p 7");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("top_p"), std::string::npos) << r.output;
+  r = run("generate " + model_flag() + " --bogus");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--bogus"), std::string::npos) << r.output;
+  r = run("generate --prompt hi");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--model"), std::string::npos) << r.output;
+}
+
+TEST(GenerateCli, BadModelDirectoryExitsOneNamingTheFile) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("pagedserve_cli_bad_model_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  CommandResult r = run("generate --model " + dir.string() + " --prompt hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("config.json"), std::string::npos) << r.output;
+
+  std::ofstream(dir / "config.json") << "{ not json";
+  r = run("generate --model " + dir.string() + " --prompt hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("config.json"), std::string::npos) << r.output;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace

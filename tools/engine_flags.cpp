@@ -1,0 +1,39 @@
+// Engine flags: names, help text and conversion to EngineConfig.
+#include "tools/engine_flags.h"
+
+namespace pagedserve::tools {
+
+const std::set<std::string> kEngineValueFlags = {
+    "model",      "block-size",   "num-kv-blocks", "kv-cache-memory",
+    "swap-space", "max-num-seqs", "max-model-len", "max-num-batched-tokens"};
+const std::set<std::string> kEngineBoolFlags = {"no-prefix-caching"};
+
+const char* const kEngineFlagsHelp =
+    "engine flags:\n"
+    "  --model DIR                  Hugging Face model directory (config.json, safetensors,\n"
+    "                               tokenizer.json)\n"
+    "  --block-size N               tokens per KV block (default 16)\n"
+    "  --num-kv-blocks N            KV blocks in the pool (overrides --kv-cache-memory)\n"
+    "  --kv-cache-memory BYTES      KV pool size, e.g. 512M, 4G (default 2G)\n"
+    "  --swap-space BYTES           CPU swap pool size (default 0)\n"
+    "  --max-num-seqs N             sequences per batch (default 256)\n"
+    "  --max-model-len N            context limit (default: the model's)\n"
+    "  --max-num-batched-tokens N   tokens per step (default 8192)\n"
+    "  --no-prefix-caching          turn automatic prefix caching off\n";
+
+actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
+  actors::EngineConfig config;
+  config.model_dir = flags.require("model");
+  config.block_size = static_cast<int>(flags.get_int("block-size", 16, 1, 256));
+  config.num_kv_blocks = static_cast<int>(flags.get_int("num-kv-blocks", 0, 1, 1 << 30));
+  config.kv_cache_memory_bytes = flags.get_bytes("kv-cache-memory", config.kv_cache_memory_bytes);
+  config.swap_space_bytes = flags.get_bytes("swap-space", 0);
+  config.max_num_seqs = static_cast<int>(flags.get_int("max-num-seqs", 256, 1, 1 << 20));
+  config.max_model_len = static_cast<int>(flags.get_int("max-model-len", 0, 2, 1 << 24));
+  config.max_num_batched_tokens =
+      static_cast<int>(flags.get_int("max-num-batched-tokens", 8192, 1, 1 << 24));
+  config.enable_prefix_caching = !flags.has("no-prefix-caching");
+  return config;
+}
+
+}  // namespace pagedserve::tools

@@ -1,0 +1,19 @@
+// The engine flags every subcommand that runs a model shares (generate now; serve and bench
+// later), and their translation into an EngineConfig.
+#pragma once
+
+#include <set>
+#include <string>
+
+#include "actors/llm_engine.h"
+#include "tools/cli_flags.h"
+
+namespace pagedserve::tools {
+
+extern const std::set<std::string> kEngineValueFlags;
+extern const std::set<std::string> kEngineBoolFlags;
+extern const char* const kEngineFlagsHelp;
+
+actors::EngineConfig engine_config_from_flags(const CliFlags& flags);
+
+}  // namespace pagedserve::tools

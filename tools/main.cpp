@@ -1,0 +1,43 @@
+// pagedserve: one executable, one subcommand per job. Errors are reported on stderr as
+// "pagedserve: error: ..." with a non-zero exit: 2 for bad usage, 1 for everything else.
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "model/loader/model_error.h"
+#include "tools/cli_flags.h"
+#include "tools/subcommands.h"
+
+namespace {
+
+const char* const kUsage =
+    "usage: pagedserve <command> [flags]\n"
+    "commands:\n"
+    "  generate   generate text for one or more prompts (offline, no server)\n"
+    "run `pagedserve <command> --help` for its flags\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  try {
+    if (command == "generate") return pagedserve::tools::run_generate(args);
+    std::cerr << "pagedserve: error: unknown command '" << command << "'\n" << kUsage;
+    return 2;
+  } catch (const pagedserve::tools::UsageError& e) {
+    std::cerr << "pagedserve " << command << ": error: " << e.what() << "\n";
+    return 2;
+  } catch (const pagedserve::model::ModelError& e) {
+    std::cerr << "pagedserve " << command << ": error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "pagedserve " << command << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}

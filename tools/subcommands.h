@@ -1,0 +1,12 @@
+// The pagedserve subcommands. Each takes the arguments after its name and returns the exit
+// code; a UsageError (tools/cli_flags.h) means bad flags.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace pagedserve::tools {
+
+int run_generate(const std::vector<std::string>& args);
+
+}  // namespace pagedserve::tools
