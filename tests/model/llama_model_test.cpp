@@ -65,9 +65,9 @@ void run_batched_against_reference(const LlamaWeights& weights, int num_seqs, in
   LlamaModel model(weights);
   PagedKvCache cache(c.num_hidden_layers, num_blocks, block_size, c.num_key_value_heads,
                      c.head_dim);
-  for (int step = 0; std::any_of(seqs.begin(), seqs.end(), [](const Seq& s) {
-         return s.computed < static_cast<int>(s.tokens.size());
-       });
+  for (int step = 0;
+       std::any_of(seqs.begin(), seqs.end(),
+                   [](const Seq& s) { return s.computed < static_cast<int>(s.tokens.size()); });
        ++step) {
     ForwardBatch batch;
     std::vector<std::pair<int, int>> rows;  // (seq, position) of each logits row
@@ -136,8 +136,8 @@ TEST(LlamaModel, Stories260KGreedyContinuationMatchesReference) {
   for (int step = 0; step < 30; ++step) {
     expect_logits_near(paged, logits.data(), weights.config.vocab_size,
                        "decode step " + std::to_string(step));
-    const int32_t next = static_cast<int32_t>(
-        std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const int32_t next =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     logits = reference.next(next);
     ForwardBatch decode;
     decode.add_sequence({next}, position++, table, 16, true);

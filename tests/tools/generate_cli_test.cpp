@@ -54,6 +54,33 @@ TEST(GenerateCli, JsonGreedyOutputForABatchOfPrompts) {
   EXPECT_EQ(objects[1]["finish_reason"], "length");
 }
 
+TEST(GenerateCli, PrefixCacheHitInOneBatchReportsCachedTokensAndSameOutput) {
+  const std::string prompt =
+      "'Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+      "park. One day, she saw a big, red ball.'";
+  const std::string common = "generate " + model_flag() + " --temperature 0 --max-tokens 24 --json";
+  const CommandResult cached = run(common + " --prompt " + prompt + " --prompt " + prompt);
+  const CommandResult uncached =
+      run(common + " --no-prefix-caching --prompt " + prompt + " --prompt " + prompt);
+  ASSERT_EQ(cached.exit_code, 0) << cached.output;
+  ASSERT_EQ(uncached.exit_code, 0) << uncached.output;
+  std::istringstream cached_lines(cached.output), uncached_lines(uncached.output);
+  std::string line;
+  std::vector<nlohmann::json> with, without;
+  while (std::getline(cached_lines, line)) with.push_back(nlohmann::json::parse(line));
+  while (std::getline(uncached_lines, line)) without.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(with.size(), 2u);
+  ASSERT_EQ(without.size(), 2u);
+  const size_t prompt_len = with[0]["prompt_token_ids"].size();
+  ASSERT_GT(prompt_len, 32u);
+  EXPECT_EQ(with[0]["num_cached_tokens"], 0);
+  EXPECT_EQ(with[1]["num_cached_tokens"], (prompt_len - 1) / 16 * 16);
+  EXPECT_EQ(without[1]["num_cached_tokens"], 0);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(with[i]["token_ids"], without[0]["token_ids"]) << "prompt " << i;
+  }
+}
+
 TEST(GenerateCli, TextModeStreamsTheContinuation) {
   const CommandResult r = run("generate " + model_flag() +
                               " --prompt 'Once upon a time' --temperature 0 --max-tokens 12");
