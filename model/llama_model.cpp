@@ -47,7 +47,8 @@ void ForwardBatch::add_sequence(const std::vector<int32_t>& new_tokens, int num_
   block_tables.resize(static_cast<size_t>(num_seqs()) * max_blocks_per_seq, 0);
 }
 
-LlamaModel::LlamaModel(LlamaWeights weights) : weights_(std::move(weights)) {}
+LlamaModel::LlamaModel(LlamaWeights weights, kernels::ThreadPool* pool)
+    : weights_(std::move(weights)), pool_(pool) {}
 
 std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& cache) const {
   const ModelConfig& c = weights_.config;
@@ -98,24 +99,24 @@ std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& 
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LlamaLayerWeights& w = weights_.layers[l];
     kernels::rms_norm(x.data(), w.input_norm.data(), h.data(), num_tokens, hidden, c.rms_norm_eps);
-    kernels::matmul_nt(h.data(), w.wq.data(), q.data(), num_tokens, q_width, hidden);
-    kernels::matmul_nt(h.data(), w.wk.data(), k.data(), num_tokens, kv_width, hidden);
-    kernels::matmul_nt(h.data(), w.wv.data(), v.data(), num_tokens, kv_width, hidden);
+    kernels::matmul_nt(h.data(), w.wq.data(), q.data(), num_tokens, q_width, hidden, pool_);
+    kernels::matmul_nt(h.data(), w.wk.data(), k.data(), num_tokens, kv_width, hidden, pool_);
+    kernels::matmul_nt(h.data(), w.wv.data(), v.data(), num_tokens, kv_width, hidden, pool_);
     kernels::rope_rotate_half(q.data(), k.data(), batch.positions.data(), num_tokens,
                               c.num_attention_heads, c.num_key_value_heads, head_dim, c.rope_theta);
     const kernels::KvCacheView layer_cache = cache.layer(l);
     kernels::write_kv(k.data(), v.data(), batch.slot_mapping.data(), num_tokens, layer_cache);
     attention.key_cache = layer_cache.key;
     attention.value_cache = layer_cache.value;
-    kernels::paged_attention(attention);
-    kernels::matmul_nt(attn.data(), w.wo.data(), proj.data(), num_tokens, hidden, q_width);
+    kernels::paged_attention(attention, pool_);
+    kernels::matmul_nt(attn.data(), w.wo.data(), proj.data(), num_tokens, hidden, q_width, pool_);
     for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
 
     kernels::rms_norm(x.data(), w.post_norm.data(), h.data(), num_tokens, hidden, c.rms_norm_eps);
-    kernels::matmul_nt(h.data(), w.w_gate.data(), gate.data(), num_tokens, ffn, hidden);
-    kernels::matmul_nt(h.data(), w.w_up.data(), up.data(), num_tokens, ffn, hidden);
+    kernels::matmul_nt(h.data(), w.w_gate.data(), gate.data(), num_tokens, ffn, hidden, pool_);
+    kernels::matmul_nt(h.data(), w.w_up.data(), up.data(), num_tokens, ffn, hidden, pool_);
     kernels::silu_and_mul(gate.data(), up.data(), gate.data(), static_cast<int64_t>(gate.size()));
-    kernels::matmul_nt(gate.data(), w.w_down.data(), proj.data(), num_tokens, hidden, ffn);
+    kernels::matmul_nt(gate.data(), w.w_down.data(), proj.data(), num_tokens, hidden, ffn, pool_);
     for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
   }
 
@@ -130,7 +131,7 @@ std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& 
                     c.rms_norm_eps);
   std::vector<float> logits(static_cast<size_t>(num_out) * c.vocab_size);
   kernels::matmul_nt(selected.data(), weights_.output_projection().data(), logits.data(), num_out,
-                     c.vocab_size, hidden);
+                     c.vocab_size, hidden, pool_);
   return logits;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/thread_pool.h"
 #include "model/loader/llama_weights.h"
 #include "model/paged_kv_cache.h"
 
@@ -35,7 +36,8 @@ struct ForwardBatch {
 
 class LlamaModel {
  public:
-  explicit LlamaModel(LlamaWeights weights);
+  // pool (not owned, may be null) splits the matmuls and attention across threads.
+  explicit LlamaModel(LlamaWeights weights, kernels::ThreadPool* pool = nullptr);
 
   const ModelConfig& config() const { return weights_.config; }
 
@@ -45,6 +47,7 @@ class LlamaModel {
 
  private:
   LlamaWeights weights_;
+  kernels::ThreadPool* pool_;
 };
 
 }  // namespace pagedserve::model

@@ -7,21 +7,24 @@
 
 namespace pagedserve::kernels {
 
+class ThreadPool;  // kernels/cpu/thread_pool.h; kernels taking one split their work over it
+
 // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight[:]
 // x, out: [num_rows, hidden]; weight: [hidden]. out may alias x.
-void rms_norm(const float* x, const float* weight, float* out, int num_rows, int hidden,
-              float eps);
+void rms_norm(const float* x, const float* weight, float* out, int num_rows, int hidden, float eps);
 
 // Rotary embedding in Hugging Face's rotate-half layout, applied in place.
 // For each head, pairs (i, i + head_dim/2) rotate by angle pos * theta^(-2i/head_dim).
 // q: [num_tokens, num_heads, head_dim]; k: [num_tokens, num_kv_heads, head_dim];
 // positions: [num_tokens].
-void rope_rotate_half(float* q, float* k, const int32_t* positions, int num_tokens,
-                      int num_heads, int num_kv_heads, int head_dim, float theta);
+void rope_rotate_half(float* q, float* k, const int32_t* positions, int num_tokens, int num_heads,
+                      int num_kv_heads, int head_dim, float theta);
 
 // out = x * w^T, the layout of a Hugging Face Linear layer.
-// x: [m, k]; w: [n, k]; out: [m, n].
-void matmul_nt(const float* x, const float* w, float* out, int m, int n, int k);
+// x: [m, k]; w: [n, k]; out: [m, n]. With a pool, rows of w (columns of out) are split across
+// threads, so each weight is still read once per call.
+void matmul_nt(const float* x, const float* w, float* out, int m, int n, int k,
+               ThreadPool* pool = nullptr);
 
 // out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
 void silu_and_mul(const float* gate, const float* up, float* out, int64_t n);
@@ -50,10 +53,10 @@ void write_kv(const float* key, const float* value, const int64_t* slot_mapping,
 // attends causally to positions [0, that position]. Grouped-query attention: query head h
 // reads KV head h / (num_heads / num_kv_heads).
 struct PagedAttentionParams {
-  const float* query = nullptr;             // [num_tokens, num_heads, head_dim]
-  float* out = nullptr;                     // [num_tokens, num_heads, head_dim]
-  const float* key_cache = nullptr;         // [num_blocks, num_kv_heads, block_size, head_dim]
-  const float* value_cache = nullptr;       // [num_blocks, num_kv_heads, block_size, head_dim]
+  const float* query = nullptr;              // [num_tokens, num_heads, head_dim]
+  float* out = nullptr;                      // [num_tokens, num_heads, head_dim]
+  const float* key_cache = nullptr;          // [num_blocks, num_kv_heads, block_size, head_dim]
+  const float* value_cache = nullptr;        // [num_blocks, num_kv_heads, block_size, head_dim]
   const int32_t* query_start_loc = nullptr;  // [num_seqs + 1], prefix sums of q_len
   const int32_t* seq_lens = nullptr;         // [num_seqs]
   const int32_t* block_tables = nullptr;     // [num_seqs, max_blocks_per_seq]
@@ -65,6 +68,7 @@ struct PagedAttentionParams {
   int block_size = 0;
   float scale = 1.0f;  // usually 1 / sqrt(head_dim)
 };
-void paged_attention(const PagedAttentionParams& params);
+// With a pool, (query token, head) pairs are split across threads.
+void paged_attention(const PagedAttentionParams& params, ThreadPool* pool = nullptr);
 
 }  // namespace pagedserve::kernels

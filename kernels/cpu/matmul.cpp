@@ -16,6 +16,7 @@
 #include <cassert>
 
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace pagedserve::kernels {
 namespace {
@@ -72,12 +73,13 @@ void tile_row(const float* x, long ldx, const float* w, long ldw, float* out, lo
   for (; j < cols; ++j) dot_tile<R, 1, L, kLdw>(x, ldx, w + j * ldw, ldw, out + j, ldo, k_len);
 }
 
-// Decode: every row reads w in place.
-void matmul_unpacked(const float* x, const float* w, float* out, int m, int n, int k) {
+// Decode: every row reads w in place. Computes the columns [n_begin, n_end) of out.
+void matmul_unpacked(const float* x, const float* w, float* out, int m, int n, int k, int n_begin,
+                     int n_end) {
   for (int k0 = 0; k0 < k; k0 += kBlockK) {
     const int k_len = std::min(kBlockK, k - k0);
-    for (int n0 = 0; n0 < n; n0 += kBlockN) {
-      const int cols = std::min(kBlockN, n - n0);
+    for (int n0 = n_begin; n0 < n_end; n0 += kBlockN) {
+      const int cols = std::min(kBlockN, n_end - n0);
       for (int i = 0; i < m; ++i) {
         tile_row<1, kRowCols, kRowLanes, 0>(x + static_cast<long>(i) * k + k0, k,
                                             w + static_cast<long>(n0) * k + k0, k,
@@ -87,14 +89,16 @@ void matmul_unpacked(const float* x, const float* w, float* out, int m, int n, i
   }
 }
 
-// Batches: each w block is packed once, then reused by every row tile of x.
-void matmul_packed(const float* x, const float* w, float* out, int m, int n, int k) {
+// Batches: each w block is packed once, then reused by every row tile of x. Computes the
+// columns [n_begin, n_end) of out.
+void matmul_packed(const float* x, const float* w, float* out, int m, int n, int k, int n_begin,
+                   int n_end) {
   float packed[kBlockN * kBlockK];
   const int m_pairs = m - m % kBatchRows;
   for (int k0 = 0; k0 < k; k0 += kBlockK) {
     const int k_len = std::min(kBlockK, k - k0);
-    for (int n0 = 0; n0 < n; n0 += kBlockN) {
-      const int cols = std::min(kBlockN, n - n0);
+    for (int n0 = n_begin; n0 < n_end; n0 += kBlockN) {
+      const int cols = std::min(kBlockN, n_end - n0);
       for (int j = 0; j < cols; ++j) {
         const float* src = w + static_cast<long>(n0 + j) * k + k0;
         std::copy(src, src + k_len, packed + j * kBlockK);
@@ -116,16 +120,23 @@ void matmul_packed(const float* x, const float* w, float* out, int m, int n, int
 
 }  // namespace
 
-void matmul_nt(const float* x, const float* w, float* out, int m, int n, int k) {
+void matmul_nt(const float* x, const float* w, float* out, int m, int n, int k, ThreadPool* pool) {
   assert(x != nullptr && w != nullptr && out != nullptr);
   assert(m >= 0 && n >= 0 && k >= 0);
   // Tiles accumulate, so that every k slice is handled alike (and k == 0 yields zeros).
   std::fill(out, out + static_cast<long>(m) * n, 0.0f);
-  if (m < kPackMinRows) {
-    matmul_unpacked(x, w, out, m, n, k);
-  } else {
-    matmul_packed(x, w, out, m, n, k);
-  }
+  // Tasks are whole cache blocks of w rows, so a split never changes the tiling (or the
+  // floating-point result) and every thread streams its own part of w.
+  const int64_t num_tasks = (n + kBlockN - 1) / kBlockN;
+  parallel_for(pool, num_tasks, 2.0 * m * n * k, [&](int64_t task) {
+    const int n_begin = static_cast<int>(task) * kBlockN;
+    const int n_end = std::min(n, n_begin + kBlockN);
+    if (m < kPackMinRows) {
+      matmul_unpacked(x, w, out, m, n, k, n_begin, n_end);
+    } else {
+      matmul_packed(x, w, out, m, n, k, n_begin, n_end);
+    }
+  });
 }
 
 }  // namespace pagedserve::kernels

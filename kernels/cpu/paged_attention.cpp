@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace pagedserve::kernels {
 namespace {
@@ -77,7 +78,7 @@ void attend_one(const PagedAttentionParams& p, const float* q, const int32_t* bl
 
 }  // namespace
 
-void paged_attention(const PagedAttentionParams& p) {
+void paged_attention(const PagedAttentionParams& p, ThreadPool* pool) {
   assert(p.query != nullptr && p.out != nullptr && p.query != p.out);
   assert(p.key_cache != nullptr && p.value_cache != nullptr);
   assert(p.query_start_loc != nullptr && p.seq_lens != nullptr && p.block_tables != nullptr);
@@ -86,22 +87,28 @@ void paged_attention(const PagedAttentionParams& p) {
   assert(p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0);
   const int group = p.num_heads / p.num_kv_heads;
   const long token_stride = static_cast<long>(p.num_heads) * p.head_dim;
+  const int num_tokens = p.query_start_loc[p.num_seqs];
+  double flops = 0;  // rough: every query reads its whole context once per head
   for (int s = 0; s < p.num_seqs; ++s) {
-    const int q_begin = p.query_start_loc[s];
-    const int q_len = p.query_start_loc[s + 1] - q_begin;
-    const int seq_len = p.seq_lens[s];
-    assert(q_len >= 0 && seq_len >= q_len);
-    assert((seq_len + p.block_size - 1) / p.block_size <= p.max_blocks_per_seq);
-    const int32_t* block_table = p.block_tables + static_cast<long>(s) * p.max_blocks_per_seq;
-    for (int i = 0; i < q_len; ++i) {
-      const long token = q_begin + i;
-      const int pos = seq_len - q_len + i;
-      for (int h = 0; h < p.num_heads; ++h) {
-        const long offset = token * token_stride + static_cast<long>(h) * p.head_dim;
-        attend_one(p, p.query + offset, block_table, pos, h / group, p.out + offset);
-      }
-    }
+    const int q_len = p.query_start_loc[s + 1] - p.query_start_loc[s];
+    assert(q_len >= 0 && p.seq_lens[s] >= q_len);
+    assert((p.seq_lens[s] + p.block_size - 1) / p.block_size <= p.max_blocks_per_seq);
+    flops += 4.0 * q_len * p.seq_lens[s] * p.num_heads * p.head_dim;
   }
+  // One task per query token (all its heads): later prefill tokens cost more, and the pool
+  // hands tasks out one at a time, which balances that.
+  parallel_for(pool, num_tokens, flops, [&](int64_t token) {
+    const int32_t* next_start =
+        std::upper_bound(p.query_start_loc, p.query_start_loc + p.num_seqs + 1, token);
+    const int s = static_cast<int>(next_start - p.query_start_loc) - 1;
+    const int q_len = p.query_start_loc[s + 1] - p.query_start_loc[s];
+    const int pos = p.seq_lens[s] - q_len + static_cast<int>(token - p.query_start_loc[s]);
+    const int32_t* block_table = p.block_tables + static_cast<long>(s) * p.max_blocks_per_seq;
+    for (int h = 0; h < p.num_heads; ++h) {
+      const long offset = token * token_stride + static_cast<long>(h) * p.head_dim;
+      attend_one(p, p.query + offset, block_table, pos, h / group, p.out + offset);
+    }
+  });
 }
 
 }  // namespace pagedserve::kernels

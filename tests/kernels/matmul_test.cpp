@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace pagedserve::kernels {
@@ -26,6 +28,13 @@ void check_shape(const Shape& s, std::mt19937& rng) {
   const auto w = random_floats(rng, static_cast<size_t>(s.n) * s.k);
   std::vector<float> out(static_cast<size_t>(s.m) * s.n, std::nanf(""));
   matmul_nt(x.data(), w.data(), out.data(), s.m, s.n, s.k);
+  // Split over threads by whole blocks of w rows: bitwise the same result.
+  static ThreadPool pool(3, /*min_parallel_flops=*/0.0);
+  std::vector<float> pooled(out.size(), std::nanf(""));
+  matmul_nt(x.data(), w.data(), pooled.data(), s.m, s.n, s.k, &pool);
+  EXPECT_TRUE(out.empty() ||
+              std::memcmp(pooled.data(), out.data(), out.size() * sizeof(float)) == 0)
+      << "threaded result differs from the single-threaded one";
   for (int i = 0; i < s.m; ++i) {
     for (int j = 0; j < s.n; ++j) {
       double sum = 0.0, magnitude = 0.0;

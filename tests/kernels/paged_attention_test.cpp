@@ -9,11 +9,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace pagedserve::kernels {
@@ -181,6 +183,14 @@ void run_case(const AttentionCase& c, std::mt19937& rng) {
 
   // Outputs are convex combinations of values in [-1, 1], so abs and rel 1e-5 both fit.
   EXPECT_TRUE(all_close(out.data(), reference_attention(c, batch, scale), 1e-5, 1e-5));
+
+  // Split over threads, every (token, head) is computed by the same code: bitwise equal.
+  static ThreadPool pool(3, /*min_parallel_flops=*/0.0);
+  std::vector<float> pooled(batch.query.size(), std::nanf(""));
+  params.out = pooled.data();
+  paged_attention(params, &pool);
+  EXPECT_EQ(0, std::memcmp(pooled.data(), out.data(), out.size() * sizeof(float)))
+      << "threaded result differs from the single-threaded one";
 }
 
 // A decode, a whole prefill and a prefill chunk with earlier context, in one call, around the

@@ -29,7 +29,7 @@ void expect_logits_near(const std::vector<float>& got, const float* want_begin, 
 // Runs `num_seqs` random sequences through LlamaModel in chunked steps and checks every
 // produced logits row against the reference.
 void run_batched_against_reference(const LlamaWeights& weights, int num_seqs, int block_size,
-                                   uint32_t seed) {
+                                   uint32_t seed, kernels::ThreadPool* pool = nullptr) {
   std::mt19937 rng(seed);
   const ModelConfig& c = weights.config;
   std::uniform_int_distribution<int> token(0, c.vocab_size - 1);
@@ -62,7 +62,7 @@ void run_batched_against_reference(const LlamaWeights& weights, int num_seqs, in
     free_blocks.resize(free_blocks.size() - n);
   }
 
-  LlamaModel model(weights);
+  LlamaModel model(weights, pool);
   PagedKvCache cache(c.num_hidden_layers, num_blocks, block_size, c.num_key_value_heads,
                      c.head_dim);
   for (int step = 0;
@@ -105,6 +105,15 @@ TEST(LlamaModel, RandomModelMatchesReferenceForBatchesOneToEight) {
                    std::to_string(block_size));
       run_batched_against_reference(weights, num_seqs, block_size, 100 * num_seqs + block_size);
     }
+  }
+}
+
+TEST(LlamaModel, ThreadedForwardMatchesReference) {
+  const LlamaWeights weights = testing::random_llama(64, 2, 4, 2, 16, 96, 130, true, 11);
+  kernels::ThreadPool pool(3, /*min_parallel_flops=*/0.0);
+  for (int num_seqs : {1, 5}) {
+    SCOPED_TRACE("num_seqs " + std::to_string(num_seqs));
+    run_batched_against_reference(weights, num_seqs, 8, 200 + num_seqs, &pool);
   }
 }
 
