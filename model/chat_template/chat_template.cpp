@@ -1,0 +1,80 @@
+// ChatTemplate's glue: parse once into a shared immutable Program, convert each request's
+// JSON context into Values and run a fresh Renderer; plus the model-directory loader.
+#include "model/chat_template/chat_template.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "model/chat_template/evaluator.h"
+#include "model/chat_template/parser.h"
+
+namespace pagedserve::model {
+
+namespace {
+
+template <typename Json>
+std::string render_with(const chat::Program& program, const Json& context) {
+  if (!context.is_object()) {
+    throw ChatTemplateError(ChatTemplateError::Kind::kRender,
+                            "chat template context must be a JSON object");
+  }
+  try {
+    chat::Renderer renderer(chat::from_json(context));
+    return renderer.render(program);
+  } catch (const chat::ValueError& e) {
+    // Only reached for errors outside any expression, e.g. a context nesting too deeply.
+    throw ChatTemplateError(ChatTemplateError::Kind::kRender,
+                            std::string("chat template error: ") + e.what());
+  }
+}
+
+std::optional<std::string> read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::parse(std::string_view source) {
+  ChatTemplate t;
+  t.program_ = std::make_shared<const chat::Program>(chat::parse_program(source));
+  t.source_ = std::make_shared<const std::string>(source);
+  return t;
+}
+
+std::string ChatTemplate::render(const nlohmann::json& context) const {
+  return render_with(*program_, context);
+}
+
+std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
+  return render_with(*program_, context);
+}
+
+std::optional<std::string> load_chat_template(const std::filesystem::path& model_dir) {
+  if (auto text = read_file(model_dir / "chat_template.jinja")) return text;
+  auto config_text = read_file(model_dir / "tokenizer_config.json");
+  if (!config_text) return std::nullopt;
+  nlohmann::json config = nlohmann::json::parse(*config_text, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded()) {
+    throw ChatTemplateError(ChatTemplateError::Kind::kParse,
+                            (model_dir / "tokenizer_config.json").string() + " is not valid JSON");
+  }
+  if (!config.is_object()) return std::nullopt;
+  auto it = config.find("chat_template");
+  if (it == config.end()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_array()) {
+    for (const auto& entry : *it) {
+      if (entry.is_object() && entry.contains("name") && entry["name"] == "default" &&
+          entry.contains("template") && entry["template"].is_string()) {
+        return entry["template"].get<std::string>();
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace pagedserve::model
