@@ -1,4 +1,5 @@
-// CpuExecutor: block copies, one batched forward pass, then sampling of each sequence.
+// CpuExecutor: block copies, one batched forward pass, then sampling of each sequence (and the
+// top logprobs beam search asks for).
 #include "actors/cpu_executor.h"
 
 #include <span>
@@ -30,7 +31,7 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
 
   StepOutput output;
   output.step_id = input.step_id;
-  output.sampled_token_ids.assign(input.seqs.size(), -1);
+  output.seqs.resize(input.seqs.size());
   if (input.seqs.empty()) return output;
 
   model::ForwardBatch batch;
@@ -46,8 +47,14 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
     const ScheduledSequence& seq = input.seqs[i];
     if (!seq.sample) continue;
     std::span<const float> row_logits(logits.data() + row * vocab, vocab);
-    output.sampled_token_ids[i] =
-        model::sample_token(row_logits, seq.sampling, seq.seed, seq.sample_step);
+    SequenceStepOutput& out = output.seqs[i];
+    for (uint64_t seed : seq.sample_seeds) {
+      const int32_t token = model::sample_token(row_logits, seq.sampling, seed, seq.sample_step);
+      out.samples.push_back({token, model::token_logprob(row_logits, token)});
+    }
+    if (seq.num_top_logprobs > 0) {
+      out.top_logprobs = model::top_logprobs(row_logits, seq.num_top_logprobs);
+    }
     ++row;
   }
   return output;

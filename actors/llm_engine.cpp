@@ -1,4 +1,5 @@
-// LlmEngine: wires the model, tokenizer, block manager, scheduler and CPU executor together.
+// LlmEngine: wires the model, tokenizer, block manager, scheduler, CPU executor and output
+// processor together.
 #include "actors/llm_engine.h"
 
 #include <algorithm>
@@ -44,7 +45,16 @@ LlmEngine::LlmEngine(const EngineConfig& config) : config_(config) {
   blocks.num_cpu_blocks = num_cpu_blocks;
   blocks.enable_prefix_caching = config_.enable_prefix_caching;
 
+  preemption_mode_ = config_.preemption_mode.value_or(
+      num_cpu_blocks > 0 ? PreemptionMode::kSwap : PreemptionMode::kRecompute);
+  if (preemption_mode_ == PreemptionMode::kSwap && num_cpu_blocks == 0) {
+    throw std::invalid_argument(
+        "--preemption-mode swap needs --swap-space (a CPU pool of at "
+        "least one KV block)");
+  }
+
   SchedulerConfig sched;
+  sched.preemption_mode = preemption_mode_;
   sched.max_num_seqs = config_.max_num_seqs;
   sched.max_model_len = config_.max_model_len;
   sched.max_num_batched_tokens = config_.max_num_batched_tokens;
@@ -58,6 +68,7 @@ LlmEngine::LlmEngine(const EngineConfig& config) : config_(config) {
   executor_ = std::make_unique<CpuExecutor>(std::move(weights), config_.block_size, num_blocks,
                                             num_cpu_blocks);
   scheduler_ = std::make_unique<Scheduler>(sched, blocks);
+  processor_ = std::make_unique<OutputProcessor>(*tokenizer_);
   seed_state_ = std::random_device{}();
 }
 
@@ -79,23 +90,29 @@ uint64_t LlmEngine::add_request(std::vector<int32_t> prompt_token_ids,
                          " (the prompt plus at least one generated token must fit)");
   }
   if (std::string problem = params.validate(); !problem.empty()) throw InvalidRequest(problem);
+  if (params.num_sequences() > config_.max_num_seqs) {
+    throw InvalidRequest("best_of (or n) is " + std::to_string(params.num_sequences()) +
+                         ", more sequences than --max-num-seqs (" +
+                         std::to_string(config_.max_num_seqs) + ") lets run at once");
+  }
 
-  SequenceState seq;
-  seq.id = next_request_id_++;
-  seq.prompt_token_ids = std::move(prompt_token_ids);
-  seq.sampling = params;
-  seq.seed = params.seed ? *params.seed : std::mt19937_64(seed_state_ + seq.id)();
-  const uint64_t id = seq.id;
-  scheduler_->add(std::move(seq));
+  NewRequest request;
+  request.id = next_request_id_++;
+  request.sampling = params;
+  request.seed = params.seed ? *params.seed : std::mt19937_64(seed_state_ + request.id)();
+  processor_->add_request(request.id, prompt_token_ids, params);
+  request.prompt_token_ids = std::move(prompt_token_ids);
+  const uint64_t id = request.id;
+  scheduler_->add(std::move(request));
   return id;
 }
 
 void LlmEngine::abort_request(uint64_t id) { scheduler_->abort(id); }
 
-std::vector<SequenceUpdate> LlmEngine::step() {
+std::vector<RequestOutput> LlmEngine::step() {
   StepInput input = scheduler_->schedule();
   StepOutput output = executor_->execute(input);
-  return scheduler_->update(input, output);
+  return process_step(*scheduler_, *processor_, scheduler_->update(input, output));
 }
 
 }  // namespace pagedserve::actors

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/executor.h"
+#include "actors/output_processor.h"
 #include "actors/scheduler.h"
 #include "model/sampling_params.h"
 #include "model/tokenizer/tokenizer.h"
@@ -27,6 +28,10 @@ struct EngineConfig {
   int max_model_len = 0;  // 0: the model's max_position_embeddings
   int max_num_batched_tokens = 8192;
   bool enable_prefix_caching = true;
+  // How the scheduler frees blocks when they run out. Unset: swap when swap_space_bytes > 0
+  // (it was set aside for that), else recompute (vLLM v1's only mode). kSwap without swap space
+  // is refused.
+  std::optional<PreemptionMode> preemption_mode;
 };
 
 // Thrown for a request the engine refuses (empty prompt, bad sampling field, too long).
@@ -52,14 +57,18 @@ class LlmEngine {
   void abort_request(uint64_t id);
   bool has_unfinished_requests() const { return scheduler_->has_unfinished(); }
 
-  // Runs one scheduler + executor iteration and reports what happened to each sequence.
-  std::vector<SequenceUpdate> step();
+  // Runs one scheduler + executor iteration and reports what happened to each request.
+  std::vector<RequestOutput> step();
+  SchedulerStats stats() const { return scheduler_->stats(); }
+  PreemptionMode preemption_mode() const { return preemption_mode_; }
 
  private:
   EngineConfig config_;
   std::unique_ptr<model::Tokenizer> tokenizer_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<OutputProcessor> processor_;
+  PreemptionMode preemption_mode_ = PreemptionMode::kRecompute;
   uint64_t next_request_id_ = 1;
   uint64_t seed_state_;
 };

@@ -1,201 +1,416 @@
-// Scheduler: continuous batching with FCFS admission and preemption by recompute.
+// Scheduler, the scheduling half: admission, chunked prefill, preemption and block reservation
+// for one step (update() and the sampling/beam logic live in scheduler_update.cpp).
+//
+// A step is planned in three phases so that the block manager is called in the order the
+// executor applies the copies (every swap_out, then every swap_in, then append/allocate):
+//  1. plan_running: running groups in admission order. A group whose tokens cannot get blocks
+//     preempts the most recently admitted group (swap_out, or free for recompute) until it
+//     fits; the victim is always later in the order, so it was not planned yet.
+//  2. resume_swapped, then (only when nothing is left swapped) admit_waiting: swap_in copies,
+//     and plans for the groups admitted.
+//  3. execute_plan: append_token / allocate for every planned sequence, in plan order.
+// Between phases 1 and 3 the plan's blocks are counted in Budget::planned_blocks, each an
+// upper bound, so the appends and allocations of phase 3 can never run out.
+//
+// Chunked prefill and the prefix-cache hashing hazard: the block manager hashes a block (and
+// lets other prompts hit it) as soon as its last token is handed to allocate/append_token,
+// before its K/V exists. So a sequence only ever hands over the tokens computed in this very
+// step: a new sequence is allocated with prompt[0, hits + chunk) (the same hits the whole
+// prompt would get, see cached_prefix_tokens), and each later chunk's tokens are appended in
+// the step that computes them. Every hashed block is therefore computed in the same step (the
+// forward pass writes a layer's K/V before any sequence reads it) or an earlier one, and a
+// prefix hit never reads K/V that no step computes. Preemption runs before any allocation of
+// the step, so no block is hashed and then dropped uncomputed.
 #include "actors/scheduler.h"
 
 #include <algorithm>
+#include <set>
 #include <stdexcept>
 
 namespace pagedserve::actors {
+namespace {
 
-const char* finish_reason_name(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kNone:
-      return "none";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kAbort:
-      return "abort";
-    case FinishReason::kError:
-      return "error";
-  }
-  return "unknown";
+int blocks_for(int num_tokens, int block_size) {
+  return (num_tokens + block_size - 1) / block_size;
 }
 
-int32_t SequenceState::token_at(int i) const {
-  const int prompt_len = static_cast<int>(prompt_token_ids.size());
-  return i < prompt_len ? prompt_token_ids[i] : output_token_ids[i - prompt_len];
+}  // namespace
+
+const char* preemption_mode_name(PreemptionMode mode) {
+  return mode == PreemptionMode::kSwap ? "swap" : "recompute";
 }
 
 Scheduler::Scheduler(const SchedulerConfig& config, const cache::BlockManagerConfig& blocks)
-    : config_(config), blocks_(blocks) {}
-
-void Scheduler::add(SequenceState seq) {
-  const uint64_t id = seq.id;
-  if (!seqs_.emplace(id, std::move(seq)).second) {
-    throw std::logic_error("Scheduler::add: duplicate sequence id " + std::to_string(id));
+    : config_(config), blocks_(blocks) {
+  if (config_.max_num_batched_tokens < 1 || config_.max_num_seqs < 1) {
+    throw std::invalid_argument("Scheduler: max_num_batched_tokens and max_num_seqs must be >= 1");
   }
+}
+
+void Scheduler::add(NewRequest request) {
+  const uint64_t id = request.id;
+  if (groups_.count(id) != 0) {
+    throw std::logic_error("Scheduler::add: duplicate request id " + std::to_string(id));
+  }
+  SequenceGroup group;
+  group.request_id = id;
+  group.prompt_token_ids = std::move(request.prompt_token_ids);
+  group.sampling = std::move(request.sampling);
+  group.seed = request.seed;
+  Sequence seq;
+  seq.seq_id = next_seq_id_++;
+  group.seqs.push_back(std::move(seq));
+  groups_.emplace(id, std::move(group));
   waiting_.push_back(id);
 }
 
-bool Scheduler::has_unfinished() const { return !seqs_.empty() || !pending_.empty(); }
+bool Scheduler::has_unfinished() const { return !groups_.empty() || !pending_.empty(); }
 
-void Scheduler::abort(uint64_t id) {
-  if (seqs_.count(id)) finish(id, FinishReason::kAbort);
+const SequenceGroup* Scheduler::group(uint64_t request_id) const {
+  auto it = groups_.find(request_id);
+  return it == groups_.end() ? nullptr : &it->second;
 }
 
-void Scheduler::finish(uint64_t id, FinishReason reason, std::string error) {
-  auto it = seqs_.find(id);
-  SequenceUpdate update;
-  update.id = id;
-  update.finish_reason = reason;
-  update.num_cached_tokens = std::max(it->second.num_cached_tokens, 0);
-  update.error = std::move(error);
-  pending_.push_back(std::move(update));
-  if (blocks_.has_sequence(id)) blocks_.free(id);
-  running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
-  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
-  seqs_.erase(it);
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats stats = stats_;
+  stats.prefix_cache_hit_tokens = blocks_.prefix_cache_hits_tokens();
+  return stats;
 }
 
-void Scheduler::preempt(uint64_t id) {
-  SequenceState& seq = seqs_.at(id);
-  blocks_.free(id);
-  seq.num_computed_tokens = 0;
-  ++seq.num_preemptions;
-  running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
-  waiting_.push_front(id);
+int Scheduler::max_running_seqs(const SequenceGroup& group) const {
+  return group.forked ? group.num_live() : group.sampling.num_sequences();
 }
 
-// Every running sequence needs a slot for the token it sampled last step. Preempt from the
-// newest until the rest fit, then reserve (collecting copy-on-write copies).
-bool Scheduler::reserve_decode_slots(StepInput& step) {
-  bool preempted = false;
-  while (!running_.empty() && !blocks_.can_append_slots(static_cast<int>(running_.size()))) {
-    preempt(running_.back());
-    preempted = true;
+int Scheduler::num_decode_seqs(SequenceGroup& group) {
+  int decodes = 0;
+  for (Sequence* seq : group.live()) {
+    if (blocks_.has_sequence(seq->seq_id) &&
+        group.num_tokens(*seq) - seq->num_computed_tokens == 1) {
+      ++decodes;
+    }
   }
-  for (uint64_t id : running_) {
-    SequenceState& seq = seqs_.at(id);
-    const int32_t token = seq.output_token_ids.back();
-    std::vector<cache::BlockCopy> copies = blocks_.append_token(id, token);
-    step.block_copies.insert(step.block_copies.end(), copies.begin(), copies.end());
+  return decodes;
+}
 
-    ScheduledSequence scheduled;
-    scheduled.seq_id = id;
-    scheduled.new_token_ids = {token};
-    scheduled.num_computed_tokens = seq.num_computed_tokens;
-    scheduled.sample = true;
-    scheduled.sampling = seq.sampling;
-    scheduled.seed = seq.seed;
-    scheduled.sample_step = seq.output_token_ids.size();
-    auto table = blocks_.block_table(id);
-    scheduled.block_table.assign(table.begin(), table.end());
-    step.seqs.push_back(std::move(scheduled));
+int Scheduler::free_blocks(const Budget& budget) const {
+  return blocks_.num_free_device_blocks() - budget.planned_blocks;
+}
+
+// ---- planning ----
+
+Scheduler::PlannedSeq Scheduler::plan_seq(const SequenceGroup& group, const Sequence& seq,
+                                          int token_budget, int max_blocks, bool leave_last) const {
+  PlannedSeq planned;
+  planned.seq_id = seq.seq_id;
+  const int total = group.num_tokens(seq);
+  const int block_size = blocks_.block_size();
+  int start = seq.num_computed_tokens;
+  int max_end = 0;  // the most tokens max_blocks can hold
+  if (!blocks_.has_sequence(seq.seq_id)) {
+    planned.allocate = true;
+    planned.num_hit_tokens = blocks_.cached_prefix_tokens(group.tokens(seq));
+    start = planned.num_hit_tokens;
+    // Hit blocks are counted as taken: a cached-free hit leaves the free queue, and a hit may
+    // be evicted by an earlier append of this step before allocate runs.
+    max_end = max_blocks * block_size;
+  } else {
+    const auto table = blocks_.block_table(seq.seq_id);
+    // Writing into a shared partial last block first copies it (copy-on-write).
+    const int cow = start % block_size != 0 && blocks_.device_ref_count(table.back()) > 1 ? 1 : 0;
+    max_end =
+        max_blocks < cow ? 0 : (blocks_for(start, block_size) + max_blocks - cow) * block_size;
+    planned.num_blocks = cow;
+  }
+  int take = std::min({total - start, token_budget, max_end - start});
+  if (leave_last) take = std::min(take, total - start - 1);
+  planned.num_tokens = std::max(take, 0);
+  if (planned.num_tokens == 0) {
+    planned.num_blocks = 0;
+    return planned;
+  }
+  const int held = planned.allocate ? 0 : blocks_for(start, block_size);
+  planned.num_blocks += blocks_for(start + planned.num_tokens, block_size) - held;
+  return planned;
+}
+
+// Decodes and chunks of sequences that hold blocks come first; a sequence without blocks (a
+// group readmitted for recompute) only gets blocks above the watermark. Chunks shrink to the
+// blocks left, so a plan always fits in `free_blocks`.
+Scheduler::PlannedGroup Scheduler::plan_group(SequenceGroup& group, int token_budget,
+                                              int free_blocks, bool leave_last) const {
+  PlannedGroup plan;
+  plan.request_id = group.request_id;
+  int tokens_left = token_budget;
+  int blocks_left = free_blocks;
+  bool every_seq_samples = true;
+  for (const Sequence* seq : plan_order(group)) {
+    const bool allocate = !blocks_.has_sequence(seq->seq_id);
+    const int max_blocks = allocate ? blocks_left - blocks_.watermark_blocks() : blocks_left;
+    const PlannedSeq planned = plan_seq(group, *seq, tokens_left, max_blocks, leave_last);
+    const int start = planned.allocate ? planned.num_hit_tokens : seq->num_computed_tokens;
+    every_seq_samples &=
+        planned.num_tokens > 0 && start + planned.num_tokens == group.num_tokens(*seq);
+    if (planned.num_tokens == 0) continue;
+    tokens_left -= planned.num_tokens;
+    blocks_left -= planned.num_blocks;
+    plan.seqs.push_back(planned);
+  }
+  // Beam search steps every beam at once (they compete for the next places): unless all of
+  // them sample this step, none does; each keeps its last token for a later step.
+  if (group.is_beam_search() && !every_seq_samples && !leave_last) {
+    return plan_group(group, token_budget, free_blocks, /*leave_last=*/true);
+  }
+  return plan;
+}
+
+// Live sequences holding blocks, fewest tokens to compute (decodes) first, then those without.
+std::vector<const Sequence*> Scheduler::plan_order(const SequenceGroup& group) const {
+  std::vector<const Sequence*> order;
+  for (const Sequence& seq : group.seqs) {
+    if (!seq.finished()) order.push_back(&seq);
+  }
+  auto uncomputed = [&](const Sequence* s) {
+    return blocks_.has_sequence(s->seq_id) ? group.num_tokens(*s) - s->num_computed_tokens
+                                           : 1 << 30;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](const Sequence* a, const Sequence* b) {
+    return uncomputed(a) < uncomputed(b);
+  });
+  return order;
+}
+
+// The blocks a running group needs to make any progress: one token for each sequence that
+// holds blocks (as far as the token budget goes). Below that, something must be preempted.
+int Scheduler::min_blocks_to_progress(const SequenceGroup& group, int token_budget) const {
+  int blocks = 0;
+  for (const Sequence* seq : plan_order(group)) {
+    if (token_budget <= 0 || !blocks_.has_sequence(seq->seq_id)) break;
+    const PlannedSeq one = plan_seq(group, *seq, 1, 1 << 20, /*leave_last=*/false);
+    token_budget -= one.num_tokens;
+    blocks += one.num_blocks;
+  }
+  return blocks;
+}
+
+void Scheduler::commit(PlannedGroup plan, std::vector<PlannedGroup>& plans, Budget& budget,
+                       int num_seqs) {
+  for (const PlannedSeq& seq : plan.seqs) budget.tokens -= seq.num_tokens;
+  for (const PlannedSeq& seq : plan.seqs) budget.planned_blocks += seq.num_blocks;
+  budget.num_seqs += num_seqs;
+  if (!plan.seqs.empty()) plans.push_back(std::move(plan));
+}
+
+// ---- phase 1: running groups, preempting when blocks run out ----
+
+bool Scheduler::plan_running(StepInput& step, std::vector<PlannedGroup>& plans, Budget& budget) {
+  bool preempted = false;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    SequenceGroup& group = groups_.at(running_[i]);
+    budget.tokens += num_decode_seqs(group);  // its reservation, see schedule()
+    bool dropped = false;
+    while (min_blocks_to_progress(group, budget.tokens) > free_blocks(budget)) {
+      SequenceGroup& victim = groups_.at(running_.back());
+      if (&victim == &group && running_.size() == 1) {
+        // Alone in the pool and still short: no preemption can ever make it fit.
+        fail(group, FinishReason::kError,
+             "the request's " + std::to_string(group.num_live()) +
+                 " sequences need more KV blocks than the pool has (" +
+                 std::to_string(blocks_.num_total_device_blocks()) +
+                 "); raise --kv-cache-memory or --num-kv-blocks");
+        dropped = true;
+        break;
+      }
+      if (&victim != &group) budget.tokens += num_decode_seqs(victim);
+      preempt(victim, step);
+      preempted = true;
+      if (&victim == &group) {
+        dropped = true;
+        break;
+      }
+    }
+    if (dropped) break;  // the group was the last one running
+    commit(plan_group(group, budget.tokens, free_blocks(budget), false), plans, budget,
+           group.num_live());
   }
   return preempted;
 }
 
-void Scheduler::admit_waiting(StepInput& step, int& budget) {
-  const int total_blocks = blocks_.num_total_device_blocks();
-  while (!waiting_.empty() && running_.size() < static_cast<size_t>(config_.max_num_seqs)) {
-    const uint64_t id = waiting_.front();
-    SequenceState& seq = seqs_.at(id);
-    std::vector<int32_t> tokens(seq.prompt_token_ids);
-    tokens.insert(tokens.end(), seq.output_token_ids.begin(), seq.output_token_ids.end());
+// ---- phase 2: swapped groups first, then new admissions ----
 
-    if (blocks_.check_allocate(tokens) == cache::AllocStatus::kNever) {
-      const int blocks_needed =
-          (seq.num_tokens() + blocks_.block_size() - 1) / blocks_.block_size();
-      finish(id, FinishReason::kError,
-             "the sequence needs " + std::to_string(blocks_needed) +
-                 " KV blocks but the pool can never give it that many (" +
-                 std::to_string(total_blocks) + " blocks, " +
-                 std::to_string(blocks_.watermark_blocks()) +
-                 " kept back); raise --kv-cache-memory or --num-kv-blocks");
-      continue;
+// An upper bound on the device blocks swap_in takes for the group: its distinct CPU blocks
+// (sequences of one group share their prompt's CPU copies).
+int Scheduler::blocks_to_resume(SequenceGroup& group) const {
+  std::set<cache::BlockId> distinct;
+  for (const Sequence& seq : group.seqs) {
+    if (seq.finished() || !blocks_.has_sequence(seq.seq_id)) continue;
+    for (cache::BlockId id : blocks_.cpu_block_table(seq.seq_id)) distinct.insert(id);
+  }
+  return static_cast<int>(distinct.size());
+}
+
+void Scheduler::resume_swapped(StepInput& step, std::vector<PlannedGroup>& plans, Budget& budget) {
+  while (!swapped_.empty() && budget.tokens > 0) {
+    SequenceGroup& group = groups_.at(swapped_.front());
+    if (budget.num_seqs + group.num_live() > config_.max_num_seqs) break;
+    // The swap-in plus one new block per sequence for the token this step computes.
+    const int need = blocks_to_resume(group) + group.num_live();
+    if (need > free_blocks(budget) - blocks_.watermark_blocks()) break;
+    for (Sequence* seq : group.live()) {
+      if (!blocks_.has_sequence(seq->seq_id)) continue;
+      const std::vector<cache::BlockCopy> copies = blocks_.swap_in(seq->seq_id);
+      step.swap_in.insert(step.swap_in.end(), copies.begin(), copies.end());
     }
-    // The first admission always fits the budget, so a prompt longer than the budget still runs.
-    const bool batch_empty = step.seqs.empty();
-    if (!batch_empty && seq.num_tokens() > budget) break;
-    if (!blocks_.can_allocate(tokens)) break;
+    swapped_.pop_front();
+    group.status = GroupStatus::kRunning;
+    running_.push_back(group.request_id);
+    commit(plan_group(group, budget.tokens, free_blocks(budget), false), plans, budget,
+           group.num_live());
+  }
+}
 
-    const cache::AllocationResult allocation = blocks_.allocate(id, tokens);
-    if (seq.num_cached_tokens < 0) seq.num_cached_tokens = allocation.num_cached_tokens;
-    seq.num_computed_tokens = allocation.num_cached_tokens;
+bool Scheduler::can_never_run(SequenceGroup& group) {
+  const Sequence* first = group.live().front();
+  if (blocks_.check_allocate(group.tokens(*first)) != cache::AllocStatus::kNever) return false;
+  const int blocks_needed = blocks_for(group.num_tokens(*first), blocks_.block_size());
+  fail(group, FinishReason::kError,
+       "the sequence needs " + std::to_string(blocks_needed) +
+           " KV blocks but the pool can never give it that many (" +
+           std::to_string(blocks_.num_total_device_blocks()) + " blocks, " +
+           std::to_string(blocks_.watermark_blocks()) +
+           " kept back); raise --kv-cache-memory or --num-kv-blocks");
+  return true;
+}
+
+void Scheduler::admit_waiting(std::vector<PlannedGroup>& plans, Budget& budget) {
+  while (!waiting_.empty() && budget.tokens > 0) {
+    SequenceGroup& group = groups_.at(waiting_.front());
+    if (can_never_run(group)) continue;
+    if (budget.num_seqs + max_running_seqs(group) > config_.max_num_seqs) break;
+    PlannedGroup plan = plan_group(group, budget.tokens, free_blocks(budget), false);
+    // FCFS: stop at the first group whose first sequence does not fit.
+    if (plan.seqs.empty() || plan.seqs.front().seq_id != group.live().front()->seq_id) break;
     waiting_.pop_front();
-    running_.push_back(id);
+    group.status = GroupStatus::kRunning;
+    running_.push_back(group.request_id);
+    commit(std::move(plan), plans, budget, max_running_seqs(group));
+  }
+}
 
-    ScheduledSequence scheduled;
-    scheduled.seq_id = id;
-    scheduled.new_token_ids.assign(tokens.begin() + allocation.num_cached_tokens, tokens.end());
-    scheduled.num_computed_tokens = allocation.num_cached_tokens;
-    scheduled.sample = true;
-    scheduled.sampling = seq.sampling;
-    scheduled.seed = seq.seed;
-    scheduled.sample_step = seq.output_token_ids.size();
-    auto table = blocks_.block_table(id);
-    scheduled.block_table.assign(table.begin(), table.end());
-    budget -= static_cast<int>(scheduled.new_token_ids.size());
-    step.seqs.push_back(std::move(scheduled));
+// ---- preemption ----
+
+void Scheduler::preempt(SequenceGroup& group, StepInput& step) {
+  running_.erase(std::remove(running_.begin(), running_.end(), group.request_id), running_.end());
+  ++group.num_preemptions;
+  std::set<cache::BlockId> device_blocks;  // what swapping out would copy, at most
+  for (Sequence* seq : group.live()) {
+    if (!blocks_.has_sequence(seq->seq_id)) continue;
+    for (cache::BlockId id : blocks_.block_table(seq->seq_id)) device_blocks.insert(id);
+  }
+  // Swap falls back to recompute when the CPU pool cannot take the group, as vLLM does.
+  const bool swap = config_.preemption_mode == PreemptionMode::kSwap &&
+                    static_cast<int>(device_blocks.size()) <= blocks_.num_free_cpu_blocks();
+  for (Sequence* seq : group.live()) {
+    if (!blocks_.has_sequence(seq->seq_id)) continue;
+    if (swap) {
+      const std::vector<cache::BlockCopy> copies = blocks_.swap_out(seq->seq_id);
+      step.swap_out.insert(step.swap_out.end(), copies.begin(), copies.end());
+    } else {
+      blocks_.free(seq->seq_id);
+      seq->num_computed_tokens = 0;
+    }
+  }
+  if (swap) {
+    group.status = GroupStatus::kSwapped;
+    swapped_.push_front(group.request_id);
+    ++stats_.num_preemptions_swap;
+  } else {
+    group.status = GroupStatus::kWaiting;
+    waiting_.push_front(group.request_id);
+    ++stats_.num_preemptions_recompute;
+  }
+}
+
+// ---- phase 3: carrying the plan out ----
+
+ScheduledSequence Scheduler::run_seq(SequenceGroup& group, Sequence& seq, const PlannedSeq& planned,
+                                     StepInput& step) {
+  ScheduledSequence scheduled;
+  scheduled.request_id = group.request_id;
+  scheduled.seq_id = seq.seq_id;
+  const std::vector<int32_t> tokens = group.tokens(seq);
+  const int total = static_cast<int>(tokens.size());
+  if (planned.allocate) {
+    // Only the tokens this step computes (see the file comment). Hits found now may differ
+    // from the plan's when this step published or evicted blocks since: fewer new tokens then.
+    const int end = std::min(planned.num_hit_tokens + planned.num_tokens, total);
+    const cache::AllocationResult allocation =
+        blocks_.allocate(seq.seq_id, std::span<const int32_t>(tokens).first(end));
+    if (group.num_cached_tokens < 0) group.num_cached_tokens = allocation.num_cached_tokens;
+    seq.num_computed_tokens = allocation.num_cached_tokens;
+    scheduled.new_token_ids.assign(tokens.begin() + allocation.num_cached_tokens,
+                                   tokens.begin() + end);
+  } else {
+    const int start = seq.num_computed_tokens;
+    scheduled.new_token_ids.assign(tokens.begin() + start,
+                                   tokens.begin() + start + planned.num_tokens);
+    for (int32_t token : scheduled.new_token_ids) {
+      const std::vector<cache::BlockCopy> copies = blocks_.append_token(seq.seq_id, token);
+      step.block_copies.insert(step.block_copies.end(), copies.begin(), copies.end());
+    }
+  }
+  scheduled.num_computed_tokens = seq.num_computed_tokens;
+  const auto table = blocks_.block_table(seq.seq_id);
+  scheduled.block_table.assign(table.begin(), table.end());
+  scheduled.sample =
+      seq.num_computed_tokens + static_cast<int>(scheduled.new_token_ids.size()) == total;
+  if (!scheduled.sample) return scheduled;
+
+  scheduled.sampling = group.sampling;
+  scheduled.sample_step = seq.output_token_ids.size();
+  if (group.is_beam_search()) {
+    // vLLM v0 takes the best 2 * beam_width candidates, so enough survive finished ones.
+    scheduled.num_top_logprobs = 2 * group.sampling.num_sequences();
+  } else if (!group.forked) {
+    // The prompt's only row of logits: one draw per child, each on the child's own stream.
+    for (int i = 0; i < group.sampling.num_sequences(); ++i) {
+      scheduled.sample_seeds.push_back(sequence_seed(group.seed, i));
+    }
+  } else {
+    scheduled.sample_seeds.push_back(sequence_seed(group.seed, seq.index));
+  }
+  return scheduled;
+}
+
+void Scheduler::execute_plan(StepInput& step, const std::vector<PlannedGroup>& plans) {
+  for (const PlannedGroup& plan : plans) {
+    SequenceGroup& group = groups_.at(plan.request_id);
+    for (const PlannedSeq& planned : plan.seqs) {
+      Sequence* seq = group.find(planned.seq_id);
+      step.seqs.push_back(run_seq(group, *seq, planned, step));
+    }
   }
 }
 
 StepInput Scheduler::schedule() {
   StepInput step;
   step.step_id = next_step_id_++;
-  int budget = config_.max_num_batched_tokens - static_cast<int>(running_.size());
-  const bool preempted = reserve_decode_slots(step);
-  // After a preemption the pool is full: admitting now would only thrash.
-  if (!preempted) admit_waiting(step, budget);
+  ++stats_.num_steps;
+  // Decodes come first: one token per decoding sequence is reserved up front, and each running
+  // group takes its reservation back when its turn comes; prefill chunks share what is left.
+  Budget budget;
+  budget.tokens = config_.max_num_batched_tokens;
+  for (uint64_t id : running_) budget.tokens -= num_decode_seqs(groups_.at(id));
+
+  std::vector<PlannedGroup> plans;
+  const bool preempted = plan_running(step, plans, budget);
+  // After a preemption the pool is full: resuming or admitting now would only thrash.
+  if (!preempted) {
+    resume_swapped(step, plans, budget);
+    if (swapped_.empty()) admit_waiting(plans, budget);
+  }
+  execute_plan(step, plans);
+  stats_.peak_used_blocks = std::max(stats_.peak_used_blocks, blocks_.num_used_device_blocks());
   return step;
-}
-
-FinishReason Scheduler::check_stop(const SequenceState& seq) const {
-  const int32_t last = seq.output_token_ids.back();
-  const int num_out = static_cast<int>(seq.output_token_ids.size());
-  if (num_out > seq.sampling.min_tokens) {
-    const auto& stops = seq.sampling.stop_token_ids;
-    if (std::find(stops.begin(), stops.end(), last) != stops.end()) return FinishReason::kStop;
-    if (!seq.sampling.ignore_eos &&
-        std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), last) !=
-            config_.eos_token_ids.end()) {
-      return FinishReason::kStop;
-    }
-  }
-  if (num_out >= seq.sampling.max_tokens) return FinishReason::kLength;
-  if (seq.num_tokens() >= config_.max_model_len) return FinishReason::kLength;
-  return FinishReason::kNone;
-}
-
-std::vector<SequenceUpdate> Scheduler::update(const StepInput& input, const StepOutput& output) {
-  // Sequences finished outside a step (aborts, errors found by schedule()) report first.
-  std::vector<SequenceUpdate> updates = std::move(pending_);
-  pending_.clear();
-  for (size_t i = 0; i < input.seqs.size(); ++i) {
-    const ScheduledSequence& scheduled = input.seqs[i];
-    auto it = seqs_.find(scheduled.seq_id);
-    if (it == seqs_.end()) continue;  // aborted while the step ran
-    SequenceState& seq = it->second;
-    seq.num_computed_tokens =
-        scheduled.num_computed_tokens + static_cast<int>(scheduled.new_token_ids.size());
-    if (!scheduled.sample) continue;
-
-    const int32_t token = output.sampled_token_ids.at(i);
-    seq.output_token_ids.push_back(token);
-    SequenceUpdate update;
-    update.id = seq.id;
-    update.new_token_id = token;
-    update.num_cached_tokens = std::max(seq.num_cached_tokens, 0);
-    update.finish_reason = check_stop(seq);
-    if (update.finished()) {
-      blocks_.free(seq.id);
-      running_.erase(std::remove(running_.begin(), running_.end(), seq.id), running_.end());
-      seqs_.erase(it);
-    }
-    updates.push_back(std::move(update));
-  }
-  return updates;
 }
 
 }  // namespace pagedserve::actors

@@ -1,92 +1,188 @@
-// Scheduler: the pure policy of iteration-level (continuous) batching. Every step the running
-// sequences continue and waiting ones are admitted first-come-first-served while KV blocks,
-// max_num_seqs and the token budget allow; when blocks run out, the most recently admitted
-// sequence is preempted by recompute (its blocks freed, its prompt and output recomputed when
-// it is readmitted). No I/O, no threads: the engine (and later the scheduler actor) drives it.
+// Scheduler: the pure policy of iteration-level (continuous) batching over sequence groups.
+// Every step the running groups continue (decodes first, one token each; then the next chunk
+// of any prompt still being prefilled, as far as the token budget allows), swapped groups are
+// swapped back in, and only when none is left swapped are waiting requests admitted first-come-
+// first-served while KV blocks, max_num_seqs and the token budget allow; a long prompt is
+// prefilled in chunks. When blocks run out the most recently admitted group is preempted: by
+// swap (its blocks copied to the CPU pool; falls back to recompute when that pool is full) or by
+// recompute (blocks freed, prompt and output recomputed on readmission). update() applies the
+// executor's output: sampling, forking a prompt into best_of children, beam search selection,
+// token-level stop checks. Stop strings are the OutputProcessor's (it calls stop_sequence).
+// No I/O, no threads, no clock: the engine (and later the scheduler actor) drives it.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "actors/sequence_group.h"
 #include "actors/step_messages.h"
 #include "cache/block_manager.h"
 #include "model/sampling_params.h"
 
 namespace pagedserve::actors {
 
-enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
-const char* finish_reason_name(FinishReason reason);  // "stop", "length", "abort", "error"
+enum class PreemptionMode { kRecompute, kSwap };
+const char* preemption_mode_name(PreemptionMode mode);  // "recompute", "swap"
 
-struct SequenceState {
-  uint64_t id = 0;
+// What add() takes: one request, validated by the caller.
+struct NewRequest {
+  uint64_t id = 0;  // the request id, unique among unfinished requests
   std::vector<int32_t> prompt_token_ids;
-  std::vector<int32_t> output_token_ids;
   model::SamplingParams sampling;
-  uint64_t seed = 0;
-  int num_computed_tokens = 0;  // tokens whose K/V are in the cache
-  int num_cached_tokens = -1;   // prompt tokens the prefix cache served at first admission
-  int num_preemptions = 0;
-
-  int num_tokens() const {
-    return static_cast<int>(prompt_token_ids.size() + output_token_ids.size());
-  }
-  int32_t token_at(int i) const;
+  uint64_t seed = 0;  // the request's seed (drawn at random by the engine when not given)
 };
 
-// What one step did to one sequence.
+// One sequence's change in one step.
 struct SequenceUpdate {
-  uint64_t id = 0;
-  int32_t new_token_id = -1;  // -1 when the step sampled nothing for it
-  FinishReason finish_reason = FinishReason::kNone;
-  int num_cached_tokens = 0;
-  std::string error;  // set when finish_reason is kError
+  int index = 0;                                     // the sequence's index in its request
+  std::vector<int32_t> new_token_ids;                // tokens sampled this step (one, or none)
+  double cumulative_logprob = 0.0;                   // after this step
+  FinishReason finish_reason = FinishReason::kNone;  // set in the step it finishes
 
   bool finished() const { return finish_reason != FinishReason::kNone; }
 };
 
+// One sequence as the request returns it when it finishes.
+struct CompletedSequence {
+  int index = 0;  // position in RequestUpdate::outputs (0 .. n-1)
+  // Index of the sequence it came from (SequenceUpdate::index); -1 for beam search, whose beams
+  // have no stable identity.
+  int source_index = -1;
+  std::vector<int32_t> token_ids;  // generated tokens (the prompt excluded)
+  double cumulative_logprob = 0.0;
+  FinishReason finish_reason = FinishReason::kNone;
+};
+
+// What one step (or an abort, error or stop) did to one request.
+struct RequestUpdate {
+  uint64_t request_id = 0;
+  // Sequences that changed, by index. Always empty for beam search: beams are reshuffled
+  // every step, so only the final outputs mean anything.
+  std::vector<SequenceUpdate> seqs;
+  bool finished = false;  // the whole request is done and `outputs` is set
+  // When finished: the n returned sequences. best_of == n (no beam search): every sequence in
+  // index order; otherwise the best first (cumulative logprob, or beam score).
+  std::vector<CompletedSequence> outputs;
+  int num_cached_tokens = 0;  // prompt tokens the prefix cache served at first admission
+  std::string error;          // set when the request failed (finish reason kError)
+};
+
 struct SchedulerConfig {
-  int max_num_seqs = 256;
+  int max_num_seqs = 256;  // sequences (not requests) running at once
   int max_model_len = 2048;
-  int max_num_batched_tokens = 8192;
+  int max_num_batched_tokens = 8192;  // tokens computed per step: decodes + prefill chunks
+  PreemptionMode preemption_mode = PreemptionMode::kRecompute;
   std::vector<int32_t> eos_token_ids;
+};
+
+// Counters the engine reports.
+struct SchedulerStats {
+  int64_t num_preemptions_swap = 0;       // groups swapped out
+  int64_t num_preemptions_recompute = 0;  // groups freed to be recomputed (fallbacks included)
+  int peak_used_blocks = 0;               // most device blocks in use after any schedule()
+  int64_t prefix_cache_hit_tokens = 0;    // prompt tokens served by the prefix cache
+  int64_t num_steps = 0;                  // schedule() calls
 };
 
 class Scheduler {
  public:
   Scheduler(const SchedulerConfig& config, const cache::BlockManagerConfig& blocks);
 
-  void add(SequenceState seq);
-  // Frees the sequence's blocks at once; the update comes out of the next schedule().
-  void abort(uint64_t id);
+  // Throws std::logic_error for an id already in use.
+  void add(NewRequest request);
+  // Frees the request's blocks at once; its final update comes out of the next update().
+  void abort(uint64_t request_id);
+  // Ends one sequence of a sampling request with reason stop (a stop string matched) and frees
+  // its blocks. Returns the request's final update when that was its last live sequence; an
+  // unknown request or finished sequence is ignored (the step that raced with it was dropped).
+  std::optional<RequestUpdate> stop_sequence(uint64_t request_id, int index);
   bool has_unfinished() const;
 
-  // Decides the next step. Sequences that can never run (e.g. a prompt larger than the whole
-  // KV pool) are finished with an error and reported by the next update().
+  // Decides the next step. Requests that can never run (e.g. a prompt larger than the whole KV
+  // pool) are finished with an error and reported by the next update().
   StepInput schedule();
   // Applies the executor's output for the step schedule() returned.
-  std::vector<SequenceUpdate> update(const StepInput& input, const StepOutput& output);
+  std::vector<RequestUpdate> update(const StepInput& input, const StepOutput& output);
 
   const cache::BlockManager& block_manager() const { return blocks_; }
-  size_t num_running() const { return running_.size(); }
+  SchedulerStats stats() const;
+  size_t num_running() const { return running_.size(); }  // groups
   size_t num_waiting() const { return waiting_.size(); }
+  size_t num_swapped() const { return swapped_.size(); }
+  // The group of a request still in the scheduler, nullptr when unknown (tests, metrics).
+  const SequenceGroup* group(uint64_t request_id) const;
 
  private:
-  bool reserve_decode_slots(StepInput& step);
-  void admit_waiting(StepInput& step, int& budget);
-  void preempt(uint64_t id);
-  void finish(uint64_t id, FinishReason reason, std::string error = {});
-  FinishReason check_stop(const SequenceState& seq) const;
+  // One sequence's share of the step being planned (see schedule()).
+  struct PlannedSeq {
+    uint64_t seq_id = 0;
+    int num_tokens = 0;      // tokens to compute this step
+    int num_hit_tokens = 0;  // allocate only: prefix-cache hits expected at planning time
+    bool allocate = false;   // not in the block manager yet: allocate instead of append
+    int num_blocks = 0;      // blocks it may take (an upper bound)
+  };
+  struct PlannedGroup {
+    uint64_t request_id = 0;
+    std::vector<PlannedSeq> seqs;
+  };
+  struct Budget {
+    int tokens = 0;          // left for prefill chunks (decode tokens are reserved up front)
+    int planned_blocks = 0;  // blocks the plan takes when it is carried out
+    int num_seqs = 0;        // sequences running after this step
+  };
+
+  // ---- schedule (scheduler.cpp) ----
+  bool plan_running(StepInput& step, std::vector<PlannedGroup>& plan, Budget& budget);
+  void resume_swapped(StepInput& step, std::vector<PlannedGroup>& plan, Budget& budget);
+  void admit_waiting(std::vector<PlannedGroup>& plan, Budget& budget);
+  PlannedGroup plan_group(SequenceGroup& group, int token_budget, int free_blocks,
+                          bool leave_last) const;
+  PlannedSeq plan_seq(const SequenceGroup& group, const Sequence& seq, int token_budget,
+                      int max_blocks, bool leave_last) const;
+  std::vector<const Sequence*> plan_order(const SequenceGroup& group) const;
+  int min_blocks_to_progress(const SequenceGroup& group, int token_budget) const;
+  void commit(PlannedGroup plan, std::vector<PlannedGroup>& plans, Budget& budget, int num_seqs);
+  bool can_never_run(SequenceGroup& group);
+  int free_blocks(const Budget& budget) const;
+  int blocks_to_resume(SequenceGroup& group) const;
+  void execute_plan(StepInput& step, const std::vector<PlannedGroup>& plan);
+  ScheduledSequence run_seq(SequenceGroup& group, Sequence& seq, const PlannedSeq& planned,
+                            StepInput& step);
+  void preempt(SequenceGroup& group, StepInput& step);
+  int num_decode_seqs(SequenceGroup& group);
+  int max_running_seqs(const SequenceGroup& group) const;
+
+  // ---- update (scheduler_update.cpp) ----
+  RequestUpdate sample_step(SequenceGroup& group, const StepInput& input, const StepOutput& output,
+                            const std::vector<size_t>& rows);
+  RequestUpdate beam_step(SequenceGroup& group, const StepInput& input, const StepOutput& output,
+                          const std::vector<size_t>& rows);
+  void append_sample(SequenceGroup& group, Sequence& seq, const model::TokenLogprob& sample,
+                     RequestUpdate& update);
+  FinishReason check_stop(const SequenceGroup& group, const Sequence& seq) const;
+  bool is_eos(int32_t token) const;
+  double beam_score_of(const SequenceGroup& group, const Sequence& seq) const;
+  std::vector<CompletedSequence> final_outputs(SequenceGroup& group) const;
+  void free_seq(Sequence& seq);
+  // Frees what the group still holds, fills the update's outputs and forgets the group.
+  void finish_group(SequenceGroup& group, RequestUpdate& update);
+  void fail(SequenceGroup& group, FinishReason reason, std::string error);
+  RequestUpdate new_update(const SequenceGroup& group) const;
 
   SchedulerConfig config_;
   cache::BlockManager blocks_;
-  std::map<uint64_t, SequenceState> seqs_;
-  std::deque<uint64_t> waiting_;         // FCFS; preempted sequences go back to the front
-  std::vector<uint64_t> running_;        // in admission order; the last is preempted first
-  std::vector<SequenceUpdate> pending_;  // finished outside a step (abort, error)
+  std::map<uint64_t, SequenceGroup> groups_;  // by request id
+  std::deque<uint64_t> waiting_;        // FCFS; groups preempted by recompute go back to the front
+  std::deque<uint64_t> swapped_;        // resumed front first, before any new admission
+  std::vector<uint64_t> running_;       // in admission order; the last is preempted first
+  std::vector<RequestUpdate> pending_;  // finished outside a step (abort, error)
   uint64_t next_step_id_ = 0;
+  uint64_t next_seq_id_ = 1;
+  SchedulerStats stats_;
 };
 
 }  // namespace pagedserve::actors

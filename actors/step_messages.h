@@ -7,33 +7,47 @@
 #include <vector>
 
 #include "cache/block_manager.h"
+#include "model/sampler.h"
 #include "model/sampling_params.h"
 
 namespace pagedserve::actors {
 
 // One sequence's share of a step.
 struct ScheduledSequence {
-  uint64_t seq_id = 0;
+  uint64_t request_id = 0;             // the request (sequence group) the sequence belongs to
+  uint64_t seq_id = 0;                 // the block manager's id for this sequence
   std::vector<int32_t> new_token_ids;  // tokens whose K/V this step computes
   int num_computed_tokens = 0;         // tokens already in the cache before this step
   std::vector<int32_t> block_table;    // device blocks covering all computed + new tokens
-  bool sample = false;                 // false for a prompt chunk that is not the last
+  bool sample = false;                 // logits wanted: false for a prompt chunk that is not last
   model::SamplingParams sampling;      // used when sample is true
-  uint64_t seed = 0;                   // the request's seed (drawn at random when not given)
-  uint64_t sample_step = 0;            // number of tokens sampled so far: the RNG counter
+  // One RNG stream per token to draw from this row (each keyed by (seed, sample_step)): one
+  // for a decode, best_of for the prompt of a sampling group (one per child), none for beam
+  // search (which only reads top_logprobs).
+  std::vector<uint64_t> sample_seeds;
+  uint64_t sample_step = 0;  // tokens this sequence sampled so far: the RNG counter
+  int num_top_logprobs = 0;  // (token, logprob) candidates wanted: 2 * beam width, or 0
 };
 
 struct StepInput {
   uint64_t step_id = 0;
+  // The executor applies the three lists in this order (the scheduler makes its block-manager
+  // calls grouped the same way: every swap_out, then every swap_in, then appends/allocations).
   std::vector<cache::BlockCopy> swap_out;      // device -> cpu, before the step
   std::vector<cache::BlockCopy> swap_in;       // cpu -> device, before the step
   std::vector<cache::BlockCopy> block_copies;  // device -> device (copy-on-write)
   std::vector<ScheduledSequence> seqs;
 };
 
+// What one scheduled sequence produced; both lists are empty where sample was false.
+struct SequenceStepOutput {
+  std::vector<model::TokenLogprob> samples;       // [sample_seeds.size()], drawn tokens
+  std::vector<model::TokenLogprob> top_logprobs;  // [num_top_logprobs], best first
+};
+
 struct StepOutput {
   uint64_t step_id = 0;
-  std::vector<int32_t> sampled_token_ids;  // [seqs.size()]; -1 where sample was false
+  std::vector<SequenceStepOutput> seqs;  // [StepInput::seqs.size()], in the same order
 };
 
 }  // namespace pagedserve::actors

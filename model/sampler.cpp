@@ -20,6 +20,14 @@ int32_t argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
+// log(sum(exp(logits))), shifted by the max for stability.
+double log_sum_exp(std::span<const float> logits) {
+  const double max_logit = *std::max_element(logits.begin(), logits.end());
+  double total = 0.0;
+  for (float l : logits) total += std::exp(static_cast<double>(l) - max_logit);
+  return max_logit + std::log(total);
+}
+
 struct Candidate {
   float logit;
   int32_t id;
@@ -43,6 +51,43 @@ std::string SamplingParams::validate() const {
   if (min_tokens > max_tokens)
     return bad("min_tokens (" + std::to_string(min_tokens) + ") must not exceed max_tokens (" +
                std::to_string(max_tokens) + ")");
+  for (const std::string& s : stop) {
+    if (s.empty()) return bad("stop strings must not be empty");
+  }
+  return validate_sequences();
+}
+
+// The fields that shape a request's group of sequences (n, best_of, beam search), checked as
+// vLLM v0 checks them.
+std::string SamplingParams::validate_sequences() const {
+  constexpr int kMaxSequences = 128;  // one request must not monopolise the batch
+  if (n < 1 || n > kMaxSequences) {
+    return "n must be in [1, " + std::to_string(kMaxSequences) + "], got " + std::to_string(n);
+  }
+  if (best_of && (*best_of < n || *best_of > kMaxSequences)) {
+    return "best_of must be in [n, " + std::to_string(kMaxSequences) +
+           "] (n = " + std::to_string(n) + "), got " + std::to_string(*best_of);
+  }
+  if (!std::isfinite(length_penalty)) {
+    return "length_penalty must be a finite number, got " + std::to_string(length_penalty);
+  }
+  if (!use_beam_search) {
+    if (num_sequences() > 1 && is_greedy()) {
+      return "best_of (or n) must be 1 with greedy sampling (temperature 0 or top_k 1), got " +
+             std::to_string(num_sequences());
+    }
+    return {};
+  }
+  if (num_sequences() < 2) return "use_beam_search needs best_of (or n) of at least 2";
+  if (temperature > 1e-5f) {
+    return "temperature must be 0 with use_beam_search, got " + std::to_string(temperature);
+  }
+  if (top_p < 1.0f) return "top_p must be 1 with use_beam_search, got " + std::to_string(top_p);
+  if (top_k > 0) return "top_k must be 0 or -1 with use_beam_search, got " + std::to_string(top_k);
+  if (min_p > 0.0f) return "min_p must be 0 with use_beam_search, got " + std::to_string(min_p);
+  // Simplification: beams are reshuffled every step, so a stop string would have to be checked
+  // on every candidate's text inside the scheduler; vLLM v0 does that, pagedserve refuses it.
+  if (!stop.empty()) return "stop strings are not supported with use_beam_search";
   return {};
 }
 
@@ -103,6 +148,27 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& params
     if (target < cumulative) return candidates[i].id;
   }
   return candidates[probs.size() - 1].id;
+}
+
+float token_logprob(std::span<const float> logits, int32_t token) {
+  return static_cast<float>(static_cast<double>(logits[static_cast<size_t>(token)]) -
+                            log_sum_exp(logits));
+}
+
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k) {
+  const int vocab = static_cast<int>(logits.size());
+  k = std::clamp(k, 0, vocab);
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  const double lse = log_sum_exp(logits);
+  std::vector<TokenLogprob> out(static_cast<size_t>(k));
+  for (int i = 0; i < k; ++i) {
+    out[i] = {ids[i], static_cast<float>(static_cast<double>(logits[ids[i]]) - lse)};
+  }
+  return out;
 }
 
 }  // namespace pagedserve::model

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "model/sampling_params.h"
 
@@ -19,5 +20,20 @@ double uniform_from_counter(uint64_t seed, uint64_t step);
 // uniform_from_counter(seed, step).
 int32_t sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
                      uint64_t step);
+
+// ---- log-probabilities (best_of ranking and beam search) ----
+// Every logprob here is log_softmax of the raw logits row, before temperature and the top-k/p
+// filters. vLLM v0 takes them after temperature; the raw distribution makes a sequence's score
+// independent of how it was sampled (it is what OpenAI's `logprobs` report) and is exactly what
+// beam search uses, where temperature must be 0 anyway.
+struct TokenLogprob {
+  int32_t token_id = -1;
+  float logprob = 0.0f;
+  friend bool operator==(const TokenLogprob&, const TokenLogprob&) = default;
+};
+
+float token_logprob(std::span<const float> logits, int32_t token);
+// The k most likely tokens, best first (ties: the lower id first); k is clamped to the vocab.
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k);
 
 }  // namespace pagedserve::model

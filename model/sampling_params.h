@@ -16,13 +16,24 @@ struct SamplingParams {
   float min_p = 0.0f;            // [0, 1]; 0 = off
   std::optional<uint64_t> seed;  // same seed and prompt -> same output
   int max_tokens = 16;
-  int min_tokens = 0;  // EOS and stop ids are ignored until this many tokens exist
+  int min_tokens = 0;  // EOS, stop ids and stop strings are ignored until this many tokens exist
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;
+  // Generation stops when the text contains one of these; the returned text ends before it
+  // (vLLM's include_stop_str_in_output=false). Checked on detokenized text, not on ids.
+  std::vector<std::string> stop;
+
+  int n = 1;                     // completions returned
+  std::optional<int> best_of;    // completions generated (>= n); the n most likely are returned
+  bool use_beam_search = false;  // beam width = best_of (or n); needs temperature 0
+  float length_penalty = 1.0f;   // beam score = cumulative logprob / length ^ length_penalty
 
   // Empty when valid, else a message naming the bad field, e.g. "top_p must be in (0, 1], got 2".
   std::string validate() const;
+  std::string validate_sequences() const;  // n, best_of, beam search (part of validate)
   bool is_greedy() const { return temperature < 1e-5f || top_k == 1; }
+  // Sequences generated per request: best_of when given, else n.
+  int num_sequences() const { return best_of.value_or(n); }
 };
 
 }  // namespace pagedserve::model

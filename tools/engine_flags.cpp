@@ -4,8 +4,8 @@
 namespace pagedserve::tools {
 
 const std::set<std::string> kEngineValueFlags = {
-    "model",      "block-size",   "num-kv-blocks", "kv-cache-memory",
-    "swap-space", "max-num-seqs", "max-model-len", "max-num-batched-tokens"};
+    "model",        "block-size",    "num-kv-blocks",          "kv-cache-memory", "swap-space",
+    "max-num-seqs", "max-model-len", "max-num-batched-tokens", "preemption-mode"};
 const std::set<std::string> kEngineBoolFlags = {"no-prefix-caching"};
 
 const char* const kEngineFlagsHelp =
@@ -19,7 +19,9 @@ const char* const kEngineFlagsHelp =
     "  --max-num-seqs N             sequences per batch (default 256)\n"
     "  --max-model-len N            context limit (default: the model's)\n"
     "  --max-num-batched-tokens N   tokens per step (default 8192)\n"
-    "  --no-prefix-caching          turn automatic prefix caching off\n";
+    "  --no-prefix-caching          turn automatic prefix caching off\n"
+    "  --preemption-mode MODE       swap or recompute, when KV blocks run out (default: swap\n"
+    "                               with --swap-space, else recompute)\n";
 
 actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
   actors::EngineConfig config;
@@ -33,6 +35,16 @@ actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
   config.max_num_batched_tokens =
       static_cast<int>(flags.get_int("max-num-batched-tokens", 8192, 1, 1 << 24));
   config.enable_prefix_caching = !flags.has("no-prefix-caching");
+  if (flags.has("preemption-mode")) {
+    const std::string mode = flags.require("preemption-mode");
+    if (mode == "swap") {
+      config.preemption_mode = actors::PreemptionMode::kSwap;
+    } else if (mode == "recompute") {
+      config.preemption_mode = actors::PreemptionMode::kRecompute;
+    } else {
+      throw UsageError("--preemption-mode must be swap or recompute, got '" + mode + "'");
+    }
+  }
   return config;
 }
 

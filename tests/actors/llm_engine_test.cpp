@@ -7,46 +7,13 @@
 
 #include <map>
 
+#include "tests/actors/engine_test_util.h"
 #include "tests/test_paths.h"
 
 namespace pagedserve::actors {
 namespace {
 
-struct Finished {
-  std::vector<int32_t> tokens;
-  SequenceUpdate last;
-};
-
-std::map<uint64_t, Finished> run_to_completion(LlmEngine& engine) {
-  std::map<uint64_t, Finished> out;
-  for (int guard = 0; engine.has_unfinished_requests(); ++guard) {
-    EXPECT_LT(guard, 100000) << "engine made no progress";
-    for (const SequenceUpdate& u : engine.step()) {
-      if (u.new_token_id >= 0) out[u.id].tokens.push_back(u.new_token_id);
-      if (u.finished()) out[u.id].last = u;
-    }
-  }
-  return out;
-}
-
-EngineConfig stories_config() {
-  EngineConfig config;
-  config.model_dir = testing::stories260k_dir();
-  config.num_kv_blocks = 256;
-  return config;
-}
-
-void expect_all_blocks_free(const LlmEngine& engine) {
-  const auto& blocks = engine.scheduler().block_manager();
-  EXPECT_EQ(blocks.num_free_device_blocks(), blocks.num_total_device_blocks());
-}
-
-model::SamplingParams greedy(int max_tokens) {
-  model::SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  return p;
-}
+using namespace testing_util;
 
 const std::vector<std::string> kPrompts = {
     "Once upon a time",   "Lily and Tom",    "The cat sat", "One day, a little bird",
@@ -58,10 +25,10 @@ TEST(LlmEngine, GreedyStoriesContinuationIsTheKnownStory) {
   ASSERT_EQ(prompt, (std::vector<int32_t>{1, 403, 407, 261, 378}));
   const uint64_t id = engine.add_request(prompt, greedy(40));
   auto done = run_to_completion(engine);
-  const std::string text = engine.tokenizer().decode(done[id].tokens, true);
+  const std::string text = engine.tokenizer().decode(done[id].tokens(), true);
   EXPECT_EQ(text.rfind(", there was a little girl named Lily.", 0), 0u) << text;
-  EXPECT_EQ(done[id].last.finish_reason, FinishReason::kLength);
-  EXPECT_EQ(done[id].tokens.size(), 40u);
+  EXPECT_EQ(done[id].finish_reason(), FinishReason::kLength);
+  EXPECT_EQ(done[id].tokens().size(), 40u);
   expect_all_blocks_free(engine);
 }
 
@@ -70,7 +37,7 @@ std::vector<std::vector<int32_t>> generate_each_alone(const EngineConfig& config
   for (const std::string& prompt : kPrompts) {
     LlmEngine engine(config);
     const uint64_t id = engine.add_request(engine.tokenizer().encode(prompt), greedy(max_tokens));
-    outputs.push_back(run_to_completion(engine)[id].tokens);
+    outputs.push_back(run_to_completion(engine)[id].tokens());
   }
   return outputs;
 }
@@ -92,7 +59,7 @@ TEST(LlmEngine, BatchingAndPreemptionDoNotChangeGreedyOutput) {
     }
     auto done = run_to_completion(engine);
     for (size_t i = 0; i < ids.size(); ++i) {
-      EXPECT_EQ(done[ids[i]].tokens, alone[i]) << "prompt " << i;
+      EXPECT_EQ(done[ids[i]].tokens(), alone[i]) << "prompt " << i;
     }
     expect_all_blocks_free(engine);
   }
@@ -111,8 +78,8 @@ TEST(LlmEngine, SameSeedSameTextDifferentSeedDifferentText) {
   p.seed = 999;
   const uint64_t c = engine.add_request(prompt, p);
   auto done = run_to_completion(engine);
-  EXPECT_EQ(done[a].tokens, done[b].tokens);
-  EXPECT_NE(done[a].tokens, done[c].tokens);
+  EXPECT_EQ(done[a].tokens(), done[b].tokens());
+  EXPECT_NE(done[a].tokens(), done[c].tokens());
   expect_all_blocks_free(engine);
 }
 
@@ -129,7 +96,7 @@ TEST(LlmEngine, PrefixCacheHitGivesTheSameGreedyOutput) {
   EXPECT_EQ(done_first[first].last.num_cached_tokens, 0);
   EXPECT_EQ(done_second[second].last.num_cached_tokens,
             static_cast<int>((prompt.size() - 1) / 16 * 16));
-  EXPECT_EQ(done_first[first].tokens, done_second[second].tokens);
+  EXPECT_EQ(done_first[first].tokens(), done_second[second].tokens());
   expect_all_blocks_free(engine);
 }
 
@@ -145,8 +112,8 @@ TEST(LlmEngine, AbortFreesBlocksAndReportsAbort) {
   EXPECT_EQ(engine.scheduler().block_manager().num_used_device_blocks(), 0)
       << "abort frees every block at once";
   auto done = run_to_completion(engine);
-  EXPECT_EQ(done[id].last.finish_reason, FinishReason::kAbort);
-  EXPECT_TRUE(done[id].tokens.empty());
+  EXPECT_EQ(done[id].finish_reason(), FinishReason::kAbort);
+  EXPECT_TRUE(done[id].tokens().empty());
   expect_all_blocks_free(engine);
 }
 
@@ -187,8 +154,8 @@ TEST(LlmEngine, GenerationStopsAtMaxModelLen) {
   const uint64_t id =
       engine.add_request(engine.tokenizer().encode("Once upon a time"), greedy(100));
   auto done = run_to_completion(engine);
-  EXPECT_EQ(done[id].tokens.size(), 12u - 5u);
-  EXPECT_EQ(done[id].last.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(done[id].tokens().size(), 12u - 5u);
+  EXPECT_EQ(done[id].finish_reason(), FinishReason::kLength);
   expect_all_blocks_free(engine);
 }
 

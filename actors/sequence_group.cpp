@@ -1,0 +1,58 @@
+// SequenceGroup helpers and finish-reason names.
+#include "actors/sequence_group.h"
+
+namespace pagedserve::actors {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "unknown";
+}
+
+int SequenceGroup::num_live() const {
+  int live = 0;
+  for (const Sequence& seq : seqs) live += seq.finished() ? 0 : 1;
+  return live;
+}
+
+std::vector<Sequence*> SequenceGroup::live() {
+  std::vector<Sequence*> out;
+  for (Sequence& seq : seqs) {
+    if (!seq.finished()) out.push_back(&seq);
+  }
+  return out;
+}
+
+Sequence* SequenceGroup::find(uint64_t seq_id) {
+  for (Sequence& seq : seqs) {
+    if (!seq.finished() && seq.seq_id == seq_id) return &seq;
+  }
+  return nullptr;
+}
+
+std::vector<int32_t> SequenceGroup::tokens(const Sequence& seq) const {
+  std::vector<int32_t> out(prompt_token_ids);
+  out.insert(out.end(), seq.output_token_ids.begin(), seq.output_token_ids.end());
+  return out;
+}
+
+uint64_t sequence_seed(uint64_t request_seed, int index) {
+  if (index == 0) return request_seed;
+  // splitmix64 of (seed, index): decorrelated streams for neighbouring indexes.
+  uint64_t x = request_seed ^ (0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(index));
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace pagedserve::actors

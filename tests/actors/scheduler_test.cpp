@@ -1,0 +1,419 @@
+// Scheduler policy without a model: a fake executor that keeps, for every KV slot, the token
+// whose K/V it holds (moving them on swaps and copy-on-write copies), and checks that every
+// sequence reads exactly its own tokens. Pins exact decisions (budget splits, chunk sizes, who
+// is preempted, swapped before new) and runs random workloads through every mode.
+#include "actors/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+namespace pagedserve::actors {
+namespace {
+
+constexpr int kBlockSize = 4;
+constexpr int32_t kEos = 2;
+
+class FakeExecutor {
+ public:
+  FakeExecutor(const Scheduler& scheduler, int num_device_blocks, int num_cpu_blocks)
+      : scheduler_(scheduler),
+        device_(static_cast<size_t>(num_device_blocks) * kBlockSize, -1),
+        cpu_(static_cast<size_t>(num_cpu_blocks) * kBlockSize, -1) {}
+
+  StepOutput execute(const StepInput& input) {
+    auto copy = [](const std::vector<int32_t>& from, cache::BlockId src, std::vector<int32_t>& to,
+                   cache::BlockId dst) {
+      for (int i = 0; i < kBlockSize; ++i) to[dst * kBlockSize + i] = from[src * kBlockSize + i];
+    };
+    for (const cache::BlockCopy& c : input.swap_out) copy(device_, c.src, cpu_, c.dst);
+    for (const cache::BlockCopy& c : input.swap_in) copy(cpu_, c.src, device_, c.dst);
+    for (const cache::BlockCopy& c : input.block_copies) copy(device_, c.src, device_, c.dst);
+    // Every sequence writes its new tokens before any reads (a layer's K/V is written for the
+    // whole batch before attention), then each reads its whole context.
+    for (const ScheduledSequence& s : input.seqs) {
+      for (size_t i = 0; i < s.new_token_ids.size(); ++i) {
+        device_[slot(s, s.num_computed_tokens + static_cast<int>(i))] = s.new_token_ids[i];
+      }
+    }
+    StepOutput out;
+    out.step_id = input.step_id;
+    out.seqs.resize(input.seqs.size());
+    for (size_t i = 0; i < input.seqs.size(); ++i) {
+      const ScheduledSequence& s = input.seqs[i];
+      const std::vector<int32_t> expected = tokens_of(s);
+      const int context = s.num_computed_tokens + static_cast<int>(s.new_token_ids.size());
+      for (int p = 0; p < context; ++p) {
+        if (device_[slot(s, p)] != expected[p]) {
+          ADD_FAILURE() << "request " << s.request_id << " seq " << s.seq_id
+                        << " reads a wrong K/V at position " << p;
+          break;
+        }
+      }
+      if (!s.sample) continue;
+      ++num_sampled_rows;
+      for (uint64_t seed : s.sample_seeds) {
+        // Deterministic in (seed, step, last token); never EOS.
+        const int32_t token =
+            static_cast<int32_t>(
+                (seed * 7 + s.sample_step * 13 + static_cast<uint64_t>(expected.back())) % 400) +
+            10;
+        out.seqs[i].samples.push_back({token, -0.5f - static_cast<float>(seed % 7) * 0.1f});
+      }
+      for (int k = 0; k < s.num_top_logprobs; ++k) {
+        out.seqs[i].top_logprobs.push_back(
+            {static_cast<int32_t>(10 + (expected.back() + k * 17) % 400), -0.3f - 0.4f * k});
+      }
+    }
+    return out;
+  }
+
+  int num_sampled_rows = 0;
+
+ private:
+  size_t slot(const ScheduledSequence& s, int position) const {
+    return static_cast<size_t>(s.block_table.at(position / kBlockSize)) * kBlockSize +
+           position % kBlockSize;
+  }
+  std::vector<int32_t> tokens_of(const ScheduledSequence& s) const {
+    const SequenceGroup* group = scheduler_.group(s.request_id);
+    for (const Sequence& seq : group->seqs) {
+      if (!seq.finished() && seq.seq_id == s.seq_id) return group->tokens(seq);
+    }
+    ADD_FAILURE() << "unknown sequence " << s.seq_id;
+    return {};
+  }
+
+  const Scheduler& scheduler_;
+  std::vector<int32_t> device_;
+  std::vector<int32_t> cpu_;
+};
+
+struct Harness {
+  Harness(int num_device_blocks, int num_cpu_blocks, SchedulerConfig config,
+          bool prefix_caching = true)
+      : scheduler(with_eos(config),
+                  block_config(num_device_blocks, num_cpu_blocks, prefix_caching)),
+        executor(scheduler, num_device_blocks, num_cpu_blocks) {}
+
+  static SchedulerConfig with_eos(SchedulerConfig config) {
+    config.eos_token_ids = {kEos};
+    return config;
+  }
+  static cache::BlockManagerConfig block_config(int device, int cpu, bool prefix_caching) {
+    cache::BlockManagerConfig blocks;
+    blocks.block_size = kBlockSize;
+    blocks.num_device_blocks = device;
+    blocks.num_cpu_blocks = cpu;
+    blocks.enable_prefix_caching = prefix_caching;
+    blocks.watermark = 0.0;
+    return blocks;
+  }
+
+  void add(uint64_t id, std::vector<int32_t> prompt, model::SamplingParams params) {
+    NewRequest request;
+    request.id = id;
+    request.prompt_token_ids = std::move(prompt);
+    request.sampling = params;
+    request.seed = id * 1000;
+    scheduler.add(std::move(request));
+  }
+
+  // One step; returns what was scheduled.
+  StepInput step() {
+    StepInput input = scheduler.schedule();
+    const StepOutput output = executor.execute(input);
+    for (RequestUpdate& u : scheduler.update(input, output)) {
+      if (u.finished) finished[u.request_id] = std::move(u);
+    }
+    EXPECT_EQ(scheduler.block_manager().check_invariants(), "");
+    return input;
+  }
+
+  void run() {
+    for (int guard = 0; scheduler.has_unfinished(); ++guard) {
+      ASSERT_LT(guard, 100000) << "no progress";
+      step();
+    }
+    const auto& blocks = scheduler.block_manager();
+    EXPECT_EQ(blocks.num_free_device_blocks(), blocks.num_total_device_blocks());
+    EXPECT_EQ(blocks.num_free_cpu_blocks(), blocks.num_total_cpu_blocks());
+  }
+
+  Scheduler scheduler;
+  FakeExecutor executor;
+  std::map<uint64_t, RequestUpdate> finished;
+};
+
+std::vector<int32_t> prompt_of(int length, int32_t first) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < length; ++i) p.push_back(first + i % 50);
+  return p;
+}
+
+model::SamplingParams sampled(int max_tokens) {
+  model::SamplingParams p;
+  p.max_tokens = max_tokens;
+  return p;
+}
+
+std::vector<int> chunk_sizes(const StepInput& step) {
+  std::vector<int> sizes;
+  for (const ScheduledSequence& s : step.seqs)
+    sizes.push_back(static_cast<int>(s.new_token_ids.size()));
+  return sizes;
+}
+
+TEST(Scheduler, LongPromptIsPrefilledInBudgetSizedChunksAndSamplesOnlyAtTheEnd) {
+  SchedulerConfig config;
+  config.max_num_batched_tokens = 16;
+  Harness h(64, 0, config);
+  h.add(1, prompt_of(40, 100), sampled(3));
+  StepInput s1 = h.step();
+  EXPECT_EQ(chunk_sizes(s1), (std::vector<int>{16}));
+  EXPECT_FALSE(s1.seqs[0].sample);
+  EXPECT_EQ(h.scheduler.block_manager().num_tokens(s1.seqs[0].seq_id), 16)
+      << "only the tokens computed this step are handed to the block manager";
+  StepInput s2 = h.step();
+  EXPECT_EQ(chunk_sizes(s2), (std::vector<int>{16}));
+  EXPECT_EQ(s2.seqs[0].num_computed_tokens, 16);
+  StepInput s3 = h.step();
+  EXPECT_EQ(chunk_sizes(s3), (std::vector<int>{8}));
+  EXPECT_TRUE(s3.seqs[0].sample);
+  h.run();
+  EXPECT_EQ(h.finished.at(1).outputs.at(0).token_ids.size(), 3u);
+}
+
+TEST(Scheduler, DecodesComeFirstAndPrefillChunksShareTheRest) {
+  SchedulerConfig config;
+  config.max_num_batched_tokens = 16;
+  Harness h(64, 0, config);
+  h.add(1, prompt_of(6, 100), sampled(10));
+  h.add(2, prompt_of(5, 200), sampled(10));
+  EXPECT_EQ(chunk_sizes(h.step()), (std::vector<int>{6, 5}));
+  h.add(3, prompt_of(40, 300), sampled(10));
+  // Two decodes (one token each), then request 3's first chunk takes the other 14.
+  StepInput step = h.step();
+  EXPECT_EQ(chunk_sizes(step), (std::vector<int>{1, 1, 14}));
+  EXPECT_EQ(step.seqs[2].request_id, 3u);
+  EXPECT_EQ(chunk_sizes(h.step()), (std::vector<int>{1, 1, 14}));
+  step = h.step();
+  EXPECT_EQ(chunk_sizes(step), (std::vector<int>{1, 1, 12}));
+  EXPECT_TRUE(step.seqs[2].sample);
+  h.run();
+}
+
+TEST(Scheduler, ChunkedPromptIsNotAPrefixHitBeforeItsBlocksAreScheduled) {
+  SchedulerConfig config;
+  config.max_num_batched_tokens = 8;
+  Harness h(64, 0, config);
+  const std::vector<int32_t> prompt = prompt_of(24, 100);
+  h.add(1, prompt, sampled(2));
+  h.step();  // request 1 computes tokens [0, 8)
+  h.add(2, prompt, sampled(2));
+  // Request 2 may only hit what request 1 has computed or computes in the same step.
+  for (int i = 0; i < 6; ++i) {
+    const StepInput step = h.step();
+    for (const ScheduledSequence& s : step.seqs) {
+      if (s.request_id != 2) continue;
+      const SequenceGroup* first = h.scheduler.group(1);
+      const int computed_by_first = first ? first->seqs[0].num_computed_tokens : 24;
+      EXPECT_LE(s.num_computed_tokens, computed_by_first);
+    }
+  }
+  h.run();
+  EXPECT_GT(h.scheduler.stats().prefix_cache_hit_tokens, 0);
+}
+
+// Three requests of 8-token prompts on 8 blocks of 4: each needs 2 blocks for its prompt and
+// more as it decodes, so the pool runs out and the newest (request 3) must go.
+TEST(Scheduler, TheMostRecentlyAdmittedIsPreemptedAndSwappedResumesBeforeNewOnes) {
+  for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
+    SCOPED_TRACE(preemption_mode_name(mode));
+    SchedulerConfig config;
+    config.preemption_mode = mode;
+    Harness h(8, 16, config);
+    h.add(1, prompt_of(8, 100), sampled(12));
+    h.add(2, prompt_of(8, 200), sampled(12));
+    h.add(3, prompt_of(8, 300), sampled(12));
+    h.step();
+    EXPECT_EQ(h.scheduler.num_running(), 3u);
+    h.add(4, prompt_of(4, 400), sampled(2));
+    StepInput step = h.step();  // three decodes need three new blocks; two are free
+    EXPECT_EQ(h.scheduler.num_running(), 2u);
+    EXPECT_EQ(h.scheduler.group(3)->status,
+              mode == PreemptionMode::kSwap ? GroupStatus::kSwapped : GroupStatus::kWaiting);
+    EXPECT_EQ(h.scheduler.group(1)->status, GroupStatus::kRunning);
+    EXPECT_EQ(h.scheduler.group(4)->status, GroupStatus::kWaiting)
+        << "no admission after preempting";
+    EXPECT_EQ(step.swap_out.size(), mode == PreemptionMode::kSwap ? 2u : 0u);
+    const SchedulerStats stats = h.scheduler.stats();
+    EXPECT_EQ(stats.num_preemptions_swap, mode == PreemptionMode::kSwap ? 1 : 0);
+    EXPECT_EQ(stats.num_preemptions_recompute, mode == PreemptionMode::kRecompute ? 1 : 0);
+    // Request 3 (preempted) runs again before request 4 (never admitted) is admitted.
+    bool three_back = false;
+    for (int i = 0; i < 100 && h.scheduler.has_unfinished(); ++i) {
+      h.step();
+      const SequenceGroup* three = h.scheduler.group(3);
+      if (three == nullptr || three->status == GroupStatus::kRunning) three_back = true;
+      const SequenceGroup* four = h.scheduler.group(4);
+      if (four == nullptr || four->status != GroupStatus::kWaiting) {
+        EXPECT_TRUE(three_back) << "request 4 admitted while request 3 was preempted";
+        break;
+      }
+    }
+    h.run();
+    EXPECT_EQ(h.finished.size(), 4u);
+  }
+}
+
+TEST(Scheduler, SwapFallsBackToRecomputeWhenTheCpuPoolIsFull) {
+  SchedulerConfig config;
+  config.preemption_mode = PreemptionMode::kSwap;
+  Harness h(8, 1, config);  // one CPU block: no 8-token sequence can be swapped out
+  h.add(1, prompt_of(8, 100), sampled(12));
+  h.add(2, prompt_of(8, 200), sampled(12));
+  h.add(3, prompt_of(8, 300), sampled(12));
+  h.run();
+  const SchedulerStats stats = h.scheduler.stats();
+  EXPECT_EQ(stats.num_preemptions_swap, 0);
+  EXPECT_GT(stats.num_preemptions_recompute, 0);
+}
+
+TEST(Scheduler, ParallelSamplingForksThePromptOnceAndUsesOneStreamPerChild) {
+  Harness h(64, 0, SchedulerConfig{});
+  model::SamplingParams p = sampled(5);
+  p.n = 3;
+  h.add(1, prompt_of(10, 100), p);
+  StepInput prompt_step = h.step();
+  ASSERT_EQ(prompt_step.seqs.size(), 1u);
+  EXPECT_EQ(prompt_step.seqs[0].sample_seeds,
+            (std::vector<uint64_t>{sequence_seed(1000, 0), sequence_seed(1000, 1),
+                                   sequence_seed(1000, 2)}));
+  EXPECT_EQ(h.scheduler.group(1)->seqs.size(), 3u);
+  // The three children share the prompt's 3 blocks (2 full, 1 partial).
+  EXPECT_EQ(h.scheduler.block_manager().num_used_device_blocks(), 3);
+  StepInput decode = h.step();
+  ASSERT_EQ(decode.seqs.size(), 3u);
+  EXPECT_EQ(decode.block_copies.size(), 2u) << "copy-on-write of the shared partial block";
+  h.run();
+  ASSERT_EQ(h.finished.at(1).outputs.size(), 3u);
+  EXPECT_NE(h.finished.at(1).outputs[0].token_ids, h.finished.at(1).outputs[1].token_ids);
+}
+
+TEST(Scheduler, BestOfReturnsTheNMostLikely) {
+  Harness h(64, 0, SchedulerConfig{});
+  model::SamplingParams p = sampled(4);
+  p.n = 2;
+  p.best_of = 5;
+  h.add(1, prompt_of(6, 100), p);
+  h.run();
+  const auto& outputs = h.finished.at(1).outputs;
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_GE(outputs[0].cumulative_logprob, outputs[1].cumulative_logprob);
+  EXPECT_EQ(outputs[0].index, 0);
+  EXPECT_EQ(outputs[1].index, 1);
+}
+
+TEST(Scheduler, StopSequenceEndsOneChildAndTheLastOneFinishesTheRequest) {
+  Harness h(64, 0, SchedulerConfig{});
+  model::SamplingParams p = sampled(50);
+  p.n = 2;
+  h.add(1, prompt_of(6, 100), p);
+  h.step();
+  const int used = h.scheduler.block_manager().num_used_device_blocks();
+  EXPECT_FALSE(h.scheduler.stop_sequence(1, 1).has_value());
+  EXPECT_EQ(h.scheduler.group(1)->num_live(), 1);
+  EXPECT_LE(h.scheduler.block_manager().num_used_device_blocks(), used);
+  std::optional<RequestUpdate> last = h.scheduler.stop_sequence(1, 0);
+  ASSERT_TRUE(last.has_value());
+  EXPECT_TRUE(last->finished);
+  EXPECT_EQ(last->outputs.size(), 2u);
+  EXPECT_EQ(last->outputs[1].finish_reason, FinishReason::kStop);
+  EXPECT_FALSE(h.scheduler.has_unfinished());
+  EXPECT_EQ(h.scheduler.block_manager().num_used_device_blocks(), 0);
+}
+
+TEST(Scheduler, BeamSearchKeepsBeamWidthLiveBeamsAndFreesEverything) {
+  Harness h(64, 0, SchedulerConfig{});
+  model::SamplingParams p;
+  p.temperature = 0.0f;
+  p.use_beam_search = true;
+  p.best_of = 3;
+  p.n = 2;
+  p.max_tokens = 6;
+  h.add(1, prompt_of(9, 100), p);
+  h.step();
+  EXPECT_EQ(h.scheduler.group(1)->num_live(), 3);
+  h.run();
+  const auto& outputs = h.finished.at(1).outputs;
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_EQ(outputs[0].token_ids.size(), 6u);
+  EXPECT_NE(outputs[0].token_ids, outputs[1].token_ids);
+  EXPECT_GE(outputs[0].cumulative_logprob, outputs[1].cumulative_logprob);
+}
+
+TEST(Scheduler, AbortFreesEveryBlockAtOnce) {
+  Harness h(64, 32, SchedulerConfig{});
+  model::SamplingParams p = sampled(30);
+  p.n = 4;
+  h.add(1, prompt_of(10, 100), p);
+  h.step();
+  h.step();
+  EXPECT_GT(h.scheduler.block_manager().num_used_device_blocks(), 0);
+  h.scheduler.abort(1);
+  EXPECT_EQ(h.scheduler.block_manager().num_used_device_blocks(), 0);
+  h.run();
+  EXPECT_EQ(h.finished.at(1).outputs.at(0).finish_reason, FinishReason::kAbort);
+}
+
+// Random workloads through every mode: chunking, preemption, prefix hits, n > 1 and beams.
+// The fake executor checks every K/V read; every request must finish and free its blocks.
+TEST(Scheduler, RandomWorkloadsKeepTheCacheConsistentInEveryMode) {
+  SchedulerStats total;
+  for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
+    for (bool prefix_caching : {true, false}) {
+      for (int seed = 0; seed < 4; ++seed) {
+        SCOPED_TRACE(std::string(preemption_mode_name(mode)) + " caching " +
+                     std::to_string(prefix_caching) + " seed " + std::to_string(seed));
+        std::mt19937 rng(static_cast<unsigned>(seed));
+        SchedulerConfig config;
+        config.preemption_mode = mode;
+        config.max_num_batched_tokens = 8 + static_cast<int>(rng() % 40);
+        config.max_num_seqs = 16;
+        config.max_model_len = 96;
+        Harness h(32, 24, config, prefix_caching);
+        for (uint64_t id = 1; id <= 20; ++id) {
+          model::SamplingParams p = sampled(1 + static_cast<int>(rng() % 20));
+          const int kind = static_cast<int>(rng() % 6);
+          if (kind == 0) p.n = 2;
+          if (kind == 1) {
+            p.temperature = 0.0f;
+            p.use_beam_search = true;
+            p.n = 2;
+          }
+          // Shared starts give prefix hits.
+          h.add(id,
+                prompt_of(3 + static_cast<int>(rng() % 40), 100 + 10 * static_cast<int>(rng() % 3)),
+                p);
+          if (rng() % 3 == 0) h.step();
+        }
+        h.run();
+        EXPECT_EQ(h.finished.size(), 20u);
+        for (const auto& [id, u] : h.finished) {
+          EXPECT_TRUE(u.error.empty()) << id << ": " << u.error;
+        }
+        total.num_preemptions_swap += h.scheduler.stats().num_preemptions_swap;
+        total.num_preemptions_recompute += h.scheduler.stats().num_preemptions_recompute;
+        total.prefix_cache_hit_tokens += h.scheduler.stats().prefix_cache_hit_tokens;
+      }
+    }
+  }
+  EXPECT_GT(total.num_preemptions_swap, 0);
+  EXPECT_GT(total.num_preemptions_recompute, 0);
+  EXPECT_GT(total.prefix_cache_hit_tokens, 0);
+}
+
+}  // namespace
+}  // namespace pagedserve::actors
