@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "actors/executor.h"
+#include "kernels/cpu/thread_pool.h"
 #include "model/llama_model.h"
 #include "model/paged_kv_cache.h"
 
@@ -13,8 +14,9 @@ namespace pagedserve::actors {
 
 class CpuExecutor final : public Executor {
  public:
+  // num_threads: kernel threads including the executor's own (0: one per hardware thread).
   CpuExecutor(model::LlamaWeights weights, int block_size, int num_device_blocks,
-              int num_cpu_blocks);
+              int num_cpu_blocks, int num_threads = 1);
 
   StepOutput execute(const StepInput& input) override;
   const model::ModelConfig& model_config() const override { return model_.config(); }
@@ -23,6 +25,7 @@ class CpuExecutor final : public Executor {
   int block_size() const override { return device_cache_.block_size(); }
 
  private:
+  std::unique_ptr<kernels::ThreadPool> pool_;  // declared before model_, which points at it
   model::LlamaModel model_;
   model::PagedKvCache device_cache_;
   model::PagedKvCache cpu_cache_;

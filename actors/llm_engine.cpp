@@ -66,7 +66,7 @@ LlmEngine::LlmEngine(const EngineConfig& config) : config_(config) {
   }
 
   executor_ = std::make_unique<CpuExecutor>(std::move(weights), config_.block_size, num_blocks,
-                                            num_cpu_blocks);
+                                            num_cpu_blocks, config_.num_threads);
   scheduler_ = std::make_unique<Scheduler>(sched, blocks);
   processor_ = std::make_unique<OutputProcessor>(*tokenizer_);
   seed_state_ = std::random_device{}();

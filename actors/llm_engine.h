@@ -28,6 +28,7 @@ struct EngineConfig {
   int max_model_len = 0;  // 0: the model's max_position_embeddings
   int max_num_batched_tokens = 8192;
   bool enable_prefix_caching = true;
+  int num_threads = 0;  // CPU executor threads, counting the executor's own; 0: one per core
   // How the scheduler frees blocks when they run out. Unset: swap when swap_space_bytes > 0
   // (it was set aside for that), else recompute (vLLM v1's only mode). kSwap without swap space
   // is refused.

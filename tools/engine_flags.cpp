@@ -5,7 +5,7 @@ namespace pagedserve::tools {
 
 const std::set<std::string> kEngineValueFlags = {
     "model",        "block-size",    "num-kv-blocks",          "kv-cache-memory", "swap-space",
-    "max-num-seqs", "max-model-len", "max-num-batched-tokens", "preemption-mode"};
+    "max-num-seqs", "max-model-len", "max-num-batched-tokens", "preemption-mode", "threads"};
 const std::set<std::string> kEngineBoolFlags = {"no-prefix-caching"};
 
 const char* const kEngineFlagsHelp =
@@ -21,7 +21,8 @@ const char* const kEngineFlagsHelp =
     "  --max-num-batched-tokens N   tokens per step (default 8192)\n"
     "  --no-prefix-caching          turn automatic prefix caching off\n"
     "  --preemption-mode MODE       swap or recompute, when KV blocks run out (default: swap\n"
-    "                               with --swap-space, else recompute)\n";
+    "                               with --swap-space, else recompute)\n"
+    "  --threads N                  CPU executor threads (default 0: one per core)\n";
 
 actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
   actors::EngineConfig config;
@@ -35,6 +36,7 @@ actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
   config.max_num_batched_tokens =
       static_cast<int>(flags.get_int("max-num-batched-tokens", 8192, 1, 1 << 24));
   config.enable_prefix_caching = !flags.has("no-prefix-caching");
+  config.num_threads = static_cast<int>(flags.get_int("threads", 0, 0, 1024));
   if (flags.has("preemption-mode")) {
     const std::string mode = flags.require("preemption-mode");
     if (mode == "swap") {

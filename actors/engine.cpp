@@ -1,0 +1,253 @@
+// Engine: builds the actor system (the composition root) and implements the client API.
+//
+// Threads and channels (every channel bounded, bound to its receiver's thread):
+//   client threads --EncodeRequest--> [tokenizer thread]   encode loop
+//   tokenizer      --AddRequest-----> [scheduler thread]   one inbox: AddRequest, CheckAborts,
+//   executor       --StepDone-------> [scheduler thread]              StepDone
+//   scheduler      --ExecuteStep----> [executor thread]    capacity 1: one step in flight
+//   scheduler      --DecodeBatch----> [tokenizer thread]   decode loop -> RequestStream
+//   client aborts  --CheckAborts----> [scheduler thread]   (try_send; plus a flag if full)
+// The EncodeRequest channel holds max_unfinished_requests, so the registry's admission limit
+// is the one place a client waits.
+#include "actors/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <utility>
+
+#include "actors/cpu_executor.h"
+#include "actors/executor_actor.h"
+#include "actors/runtime/actor_thread.h"
+#include "actors/runtime/request_registry.h"
+#include "actors/runtime/stats_board.h"
+#include "actors/scheduler_actor.h"
+#include "actors/tokenizer_actor.h"
+#include "cache/kv_cache_sizing.h"
+#include "model/loader/llama_weights.h"
+
+namespace pagedserve::actors {
+
+// ---- RequestStream ----
+
+RequestStream::RequestStream(std::shared_ptr<runtime::StreamState> state,
+                             std::shared_ptr<runtime::RequestRegistry> registry)
+    : state_(std::move(state)), registry_(std::move(registry)) {}
+
+RequestStream::~RequestStream() {
+  if (!state_->finished()) registry_->abort(state_->request_id());
+}
+
+uint64_t RequestStream::request_id() const { return state_->request_id(); }
+std::optional<TokenEvent> RequestStream::next() { return state_->next(); }
+std::optional<TokenEvent> RequestStream::try_next() { return state_->try_next(); }
+bool RequestStream::finished() const { return state_->finished(); }
+void RequestStream::abort() { registry_->abort(state_->request_id()); }
+
+// ---- Engine ----
+
+// Members are declared in dependency order: threads (their io_contexts) outlive the channels
+// bound to them, and channels outlive the actors that hold references to them.
+struct Engine::Impl {
+  Impl(const EngineConfig& config, const EngineOptions& options,
+       std::shared_ptr<const model::Tokenizer> tokenizer);
+  void shutdown();
+
+  EngineConfig config;
+  const EngineOptions options;
+  const std::shared_ptr<const model::Tokenizer> tokenizer;
+  const std::shared_ptr<runtime::RequestRegistry> registry;
+  runtime::StatsBoard stats;
+  std::atomic<uint64_t> next_request_id{1};
+  std::mutex shutdown_mu;
+  bool shut_down = false;
+
+  runtime::ActorThread tokenizer_thread{"tokenizer"};
+  runtime::ActorThread scheduler_thread{"scheduler"};
+  runtime::ActorThread executor_thread{"executor"};
+
+  runtime::Channel<runtime::EncodeRequest> encode_inbox;
+  runtime::Channel<runtime::DecodeBatch> decode_inbox;
+  runtime::Channel<runtime::SchedulerMessage> scheduler_inbox;
+  runtime::Channel<runtime::ExecuteStep> executor_inbox;
+
+  std::unique_ptr<ExecutorActor> executor_actor;
+  std::unique_ptr<SchedulerActor> scheduler_actor;
+  std::unique_ptr<TokenizerActor> tokenizer_actor;
+};
+
+Engine::Impl::Impl(const EngineConfig& config_in, const EngineOptions& options_in,
+                   std::shared_ptr<const model::Tokenizer> tokenizer_in)
+    : config(config_in),
+      options(options_in),
+      tokenizer(std::move(tokenizer_in)),
+      registry(std::make_shared<runtime::RequestRegistry>(options_in.max_unfinished_requests)),
+      encode_inbox(tokenizer_thread.executor(),
+                   static_cast<size_t>(std::max(options_in.max_unfinished_requests, 1))),
+      decode_inbox(tokenizer_thread.executor(),
+                   static_cast<size_t>(std::max(options_in.channel_capacity, 1))),
+      scheduler_inbox(scheduler_thread.executor(),
+                      static_cast<size_t>(std::max(options_in.channel_capacity, 1))),
+      executor_inbox(executor_thread.executor(), 1) {}
+
+namespace {
+
+// The same sizing and checks as LlmEngine's constructor (to be shared once its API settles).
+struct Sizing {
+  int num_device_blocks = 0;
+  int num_cpu_blocks = 0;
+};
+
+Sizing size_kv_cache(EngineConfig& config, const model::ModelConfig& mc) {
+  if (config.block_size < 1 || config.block_size > 256) {
+    throw std::invalid_argument("--block-size must be in [1, 256], got " +
+                                std::to_string(config.block_size));
+  }
+  if (config.max_num_seqs < 1) throw std::invalid_argument("--max-num-seqs must be at least 1");
+  if (config.max_model_len <= 0) config.max_model_len = mc.max_position_embeddings;
+  cache::KvCacheShape shape;
+  shape.num_layers = mc.num_hidden_layers;
+  shape.num_kv_heads = mc.num_key_value_heads;
+  shape.head_dim = mc.head_dim;
+  shape.dtype_bytes = sizeof(float);
+  shape.block_size = config.block_size;
+  Sizing sizing;
+  sizing.num_device_blocks = config.num_kv_blocks;
+  if (sizing.num_device_blocks <= 0) {
+    sizing.num_device_blocks = cache::num_blocks_for_memory(shape, config.kv_cache_memory_bytes);
+    const int64_t useful = int64_t{config.max_num_seqs} *
+                           ((config.max_model_len + config.block_size - 1) / config.block_size);
+    sizing.num_device_blocks =
+        static_cast<int>(std::min<int64_t>(sizing.num_device_blocks, useful));
+  }
+  cache::check_max_model_len_fits(shape, sizing.num_device_blocks, config.max_model_len);
+  config.num_kv_blocks = sizing.num_device_blocks;
+  sizing.num_cpu_blocks = cache::num_blocks_for_memory(shape, config.swap_space_bytes);
+  return sizing;
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> Engine::start(const EngineConfig& config_in, const EngineOptions& options) {
+  EngineConfig config = config_in;
+  model::LlamaWeights weights = model::load_llama_weights(config.model_dir);
+  auto tokenizer =
+      std::make_shared<const model::Tokenizer>(model::Tokenizer::from_dir(config.model_dir));
+  const model::ModelConfig mc = weights.config;
+  const Sizing sizing = size_kv_cache(config, mc);
+
+  SchedulerActorConfig sched;
+  sched.block_size = config.block_size;
+  sched.num_device_blocks = sizing.num_device_blocks;
+  sched.num_cpu_blocks = sizing.num_cpu_blocks;
+  sched.enable_prefix_caching = config.enable_prefix_caching;
+  // As LlmEngine: swap when a CPU pool was set aside, unless told otherwise.
+  const PreemptionMode preemption = config.preemption_mode.value_or(
+      sizing.num_cpu_blocks > 0 ? PreemptionMode::kSwap : PreemptionMode::kRecompute);
+  if (preemption == PreemptionMode::kSwap && sizing.num_cpu_blocks == 0) {
+    throw std::invalid_argument(
+        "--preemption-mode swap needs --swap-space (a CPU pool of at least one KV block)");
+  }
+  sched.preempt_by_swap = preemption == PreemptionMode::kSwap;
+  sched.max_num_seqs = config.max_num_seqs;
+  sched.max_model_len = config.max_model_len;
+  sched.max_num_batched_tokens = config.max_num_batched_tokens;
+  sched.eos_token_ids.assign(mc.eos_token_ids.begin(), mc.eos_token_ids.end());
+  if (auto eos = tokenizer->eos_token_id();
+      eos && std::find(sched.eos_token_ids.begin(), sched.eos_token_ids.end(), *eos) ==
+                 sched.eos_token_ids.end()) {
+    sched.eos_token_ids.push_back(*eos);
+  }
+  sched.overlap = options.overlap;
+
+  auto executor = std::make_unique<CpuExecutor>(std::move(weights), config.block_size,
+                                                sizing.num_device_blocks, sizing.num_cpu_blocks);
+
+  auto impl = std::make_unique<Impl>(config, options, tokenizer);
+  Impl& s = *impl;
+  s.executor_actor = std::make_unique<ExecutorActor>(std::move(executor), s.executor_inbox,
+                                                     s.scheduler_inbox, s.stats);
+  s.scheduler_actor = std::make_unique<SchedulerActor>(sched, s.scheduler_inbox, s.executor_inbox,
+                                                       s.decode_inbox, s.stats);
+  s.tokenizer_actor = std::make_unique<TokenizerActor>(
+      tokenizer, TokenizerActorLimits{mc.vocab_size, config.max_model_len}, s.registry,
+      s.encode_inbox, s.decode_inbox, s.scheduler_inbox);
+  s.registry->set_abort_hook([actor = s.scheduler_actor.get()] { actor->notify_abort(); });
+
+  s.executor_thread.spawn(s.executor_actor->run());
+  s.scheduler_thread.spawn(s.scheduler_actor->run());
+  s.tokenizer_thread.spawn(s.tokenizer_actor->encode_loop());
+  s.tokenizer_thread.spawn(s.tokenizer_actor->decode_loop());
+  s.executor_thread.start();
+  s.scheduler_thread.start();
+  s.tokenizer_thread.start();
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Engine::~Engine() { shutdown(); }
+
+std::shared_ptr<RequestStream> Engine::submit(GenerateRequest request, TokenCallback callback) {
+  Impl& s = *impl_;
+  const uint64_t id = s.next_request_id.fetch_add(1);
+  auto state = std::make_shared<runtime::StreamState>(id, std::move(callback));
+  auto stream = std::make_shared<RequestStream>(state, s.registry);
+  if (!s.registry->admit(state)) {
+    state->push(runtime::error_event(id, "the engine is shut down"));
+    return stream;
+  }
+  runtime::EncodeRequest message;
+  message.request_id = id;
+  message.prompt = std::move(request.prompt);
+  message.prompt_token_ids = std::move(request.prompt_token_ids);
+  message.sampling = std::move(request.sampling);
+  message.stream = state;
+  // The channel holds as many requests as the registry admits, so this fails only once the
+  // channel is closed (a shutdown that timed out).
+  if (!s.encode_inbox.try_send(boost::system::error_code{}, std::move(message))) {
+    s.registry->finish(id);
+    state->push(runtime::error_event(id, "the engine is shut down"));
+  }
+  return stream;
+}
+
+void Engine::abort(uint64_t request_id) { impl_->registry->abort(request_id); }
+
+void Engine::shutdown() { impl_->shutdown(); }
+
+void Engine::Impl::shutdown() {
+  std::lock_guard lock(shutdown_mu);
+  if (shut_down) return;
+  shut_down = true;
+  // 1. Stop accepting; 2. abort what is in flight and let the actors end every stream.
+  registry->close();
+  registry->abort_all();
+  const auto deadline = std::chrono::steady_clock::now() + options.shutdown_timeout;
+  const bool drained = registry->wait_until_empty(deadline);
+  registry->set_abort_hook({});
+  // 3. Close the inboxes upstream first; the tokenizer's decode inbox last, so the scheduler
+  // can always hand over (and, overlap off, see delivered) what it still holds.
+  encode_inbox.close();
+  scheduler_inbox.close();
+  executor_inbox.close();
+  const auto join_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  scheduler_thread.join_until(join_deadline);
+  executor_thread.join_until(join_deadline);
+  decode_inbox.close();
+  tokenizer_thread.join_until(join_deadline);
+  // 4. No actor is left to end a stream that did not drain in time: end it here.
+  if (!drained) registry->fail_all("the engine shut down before the request finished");
+}
+
+EngineStats Engine::stats() const {
+  EngineStats stats = impl_->stats.snapshot();
+  stats.num_unfinished_requests = impl_->registry->num_unfinished();
+  return stats;
+}
+
+const model::Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
+
+const EngineConfig& Engine::config() const { return impl_->config; }
+
+}  // namespace pagedserve::actors

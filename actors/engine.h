@@ -1,0 +1,140 @@
+// Engine: the in-process client API of the asynchronous engine, used by generate, the HTTP and
+// WebSocket servers and the benchmarks. submit() a request, read its TokenEvents from the
+// RequestStream it returns (blocking next(), or a callback run on the tokenizer actor's
+// thread), abort() it or drop the stream. Behind it run the tokenizer, scheduler and executor
+// actors (actors/*_actor.h), each on its own thread. No Boost in this header (pimpl): only
+// engine.cpp and the actor/runtime sources see Asio.
+//
+// Thread safety: every public method may be called from any number of client threads.
+// Errors come back as values: an invalid request, or one submitted after shutdown, gets one
+// final TokenEvent with finish_reason "error" and the message in `error`; nothing throws
+// across threads (only start() throws, in the calling thread, for a bad model or config).
+// Backpressure: submit() blocks while EngineOptions::max_unfinished_requests requests have
+// not yet received their final event; every channel between the actors is bounded too.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/llm_engine.h"  // EngineConfig
+#include "model/sampling_params.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace pagedserve::actors {
+
+namespace runtime {
+class StreamState;
+class RequestRegistry;
+}  // namespace runtime
+
+struct GenerateRequest {
+  std::string prompt;                     // encoded with the model's special tokens (BOS)
+  std::vector<int32_t> prompt_token_ids;  // used instead of `prompt` when non-empty
+  model::SamplingParams sampling;
+};
+
+// One step of one request's output. A stream ends with exactly one event whose `finished` is
+// true; it may also carry the last token.
+struct TokenEvent {
+  uint64_t request_id = 0;
+  int index = 0;                   // which of the request's outputs (always 0 until n > 1)
+  std::vector<int32_t> token_ids;  // the tokens this event adds (empty for a bare final event)
+  std::string text;                // the text they complete (UTF-8; may lag a partial char)
+  bool finished = false;
+  std::string finish_reason;  // when finished: "stop", "length", "abort" or "error"
+  int num_prompt_tokens = 0;
+  int num_cached_tokens = 0;  // prompt tokens served by the prefix cache
+  std::string error;          // set when finish_reason is "error"
+};
+
+// Called on the tokenizer actor's thread, in order, once per event. It must not block (post
+// the event to your own executor instead: a blocked callback stalls every request's output),
+// must not call back into the same stream, and must not shut down or destroy the Engine.
+using TokenCallback = std::function<void(TokenEvent)>;
+
+// The client's handle on one request. Dropping it before the final event aborts the request.
+class RequestStream {
+ public:
+  RequestStream(std::shared_ptr<runtime::StreamState> state,
+                std::shared_ptr<runtime::RequestRegistry> registry);
+  RequestStream(const RequestStream&) = delete;
+  RequestStream& operator=(const RequestStream&) = delete;
+  ~RequestStream();
+
+  uint64_t request_id() const;
+  // Blocks for the next event; nullopt after the final one (and always in callback mode).
+  std::optional<TokenEvent> next();
+  // The next event if one is queued now, else nullopt.
+  std::optional<TokenEvent> try_next();
+  // True once the final event has been produced (it may still be queued).
+  bool finished() const;
+  // Asks the engine to stop the request; the stream then ends with finish_reason "abort"
+  // (unless it finished first).
+  void abort();
+
+ private:
+  std::shared_ptr<runtime::StreamState> state_;
+  std::shared_ptr<runtime::RequestRegistry> registry_;
+};
+
+struct EngineOptions {
+  // Overlap host work with the executor: the scheduler launches step N+1 as soon as step N's
+  // results are applied, and detokenization, client delivery and arrivals run while the
+  // executor computes. false: the scheduler waits until step N's tokens reached the clients
+  // before it schedules step N+1 (the synchronous loop; for measuring the overlap).
+  bool overlap = true;
+  int max_unfinished_requests = 1024;                 // submit() blocks beyond this
+  int channel_capacity = 64;                          // messages buffered between two actors
+  std::chrono::milliseconds shutdown_timeout{10000};  // to end in-flight requests
+};
+
+struct EngineStats {
+  int num_running_seqs = 0;
+  int num_waiting_seqs = 0;
+  int num_unfinished_requests = 0;  // submitted, final event not yet produced
+  int num_kv_blocks_total = 0;
+  int num_kv_blocks_used = 0;
+  int num_kv_blocks_free = 0;  // allocatable, including evictable prefix-cache blocks
+  int64_t num_generated_tokens = 0;
+  int64_t num_steps = 0;
+  // The executor's time computing steps, and its time waiting between two steps when the
+  // second was launched as the continuation of the first (work was pending): host overhead.
+  double executor_busy_s = 0;
+  double executor_idle_s = 0;
+};
+
+class Engine {
+ public:
+  // Loads the model and tokenizer and starts the actor threads. Throws model::ModelError or
+  // std::invalid_argument (in this thread) for a bad model directory or engine setting.
+  static std::unique_ptr<Engine> start(const EngineConfig& config,
+                                       const EngineOptions& options = {});
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  ~Engine();  // shutdown()
+
+  // Queues a request; never throws. With a callback, events go to it instead of next().
+  std::shared_ptr<RequestStream> submit(GenerateRequest request, TokenCallback callback = {});
+  // Stops a request by id (a no-op for an unknown or finished one).
+  void abort(uint64_t request_id);
+  // Stops accepting requests, aborts those in flight, waits (up to shutdown_timeout) for
+  // their final events, then stops and joins every actor thread. Idempotent.
+  void shutdown();
+
+  EngineStats stats() const;
+  const model::Tokenizer& tokenizer() const;
+  const EngineConfig& config() const;  // with max_model_len and num_kv_blocks resolved
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pagedserve::actors

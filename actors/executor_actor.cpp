@@ -1,0 +1,53 @@
+// ExecutorActor: receive a step, run it on this thread, send the result back, time both.
+#include "actors/executor_actor.h"
+
+#include <exception>
+#include <utility>
+
+namespace pagedserve::actors {
+
+ExecutorActor::ExecutorActor(std::unique_ptr<Executor> executor,
+                             runtime::Channel<runtime::ExecuteStep>& inbox,
+                             runtime::Channel<runtime::SchedulerMessage>& scheduler_inbox,
+                             runtime::StatsBoard& stats)
+    : executor_(std::move(executor)),
+      inbox_(inbox),
+      scheduler_inbox_(scheduler_inbox),
+      stats_(stats) {}
+
+runtime::Task<void> ExecutorActor::run() {
+  for (;;) {
+    auto [error, step] = co_await inbox_.async_receive(runtime::kAwaitTuple);
+    if (error) break;  // closed: shutdown
+    runtime::StepDone done = on_execute(std::move(step));
+    auto [send_error] = co_await scheduler_inbox_.async_send(
+        boost::system::error_code{}, runtime::SchedulerMessage(std::move(done)),
+        runtime::kAwaitTuple);
+    if (send_error) break;
+  }
+}
+
+runtime::StepDone ExecutorActor::on_execute(runtime::ExecuteStep step) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  runtime::StepDone done;
+  // Exceptions stay in this actor: a failed step comes back as an error value.
+  try {
+    done.output = executor_->execute(step.input);
+  } catch (const std::exception& e) {
+    done.error = std::string("the executor failed: ") + e.what();
+  }
+  const Clock::time_point end = Clock::now();
+  int64_t idle_ns = 0;
+  if (step.continues_previous_step && last_step_end_) {
+    idle_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start - *last_step_end_).count();
+  }
+  last_step_end_ = end;
+  stats_.add_step(std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count(),
+                  idle_ns);
+  done.output.step_id = step.input.step_id;
+  done.input = std::move(step.input);
+  return done;
+}
+
+}  // namespace pagedserve::actors

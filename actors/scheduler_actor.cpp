@@ -1,0 +1,296 @@
+// SchedulerActor: the step loop around the pure Scheduler. The one place in the actor system
+// that uses the Scheduler's own types; everything it sends out is a runtime message.
+//
+// Overlap: when step N's result arrives the actor applies it (update), schedules step N+1 and
+// hands it to the executor at once, and only then forwards step N's tokens to the tokenizer
+// and handles arrivals and aborts, all while the executor computes step N+1. With overlap off
+// it first waits until step N's tokens reached the clients, as a synchronous loop would.
+#include "actors/scheduler_actor.h"
+
+#include <atomic>
+#include <cstdio>
+#include <exception>
+#include <future>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "actors/scheduler.h"
+
+namespace pagedserve::actors {
+
+struct SchedulerActor::State {
+  State(const SchedulerActorConfig& config, runtime::Channel<runtime::SchedulerMessage>& inbox,
+        runtime::Channel<runtime::ExecuteStep>& executor_inbox,
+        runtime::Channel<runtime::DecodeBatch>& tokenizer_inbox, runtime::StatsBoard& stats);
+
+  runtime::Task<void> run();
+  void on_message(runtime::AddRequest& add);
+  void on_message(runtime::CheckAborts& check);
+  void on_message(runtime::StepDone& done);
+  void sweep_aborts();
+  // Schedules and launches a step if the executor is idle; flushes steps with nothing to run.
+  void launch_step(bool continues_previous_step);
+  void collect(std::vector<RequestUpdate> updates);
+  void publish_stats();
+  // Sends the collected deltas to the tokenizer; with wait_for_delivery, until they reached
+  // the clients' streams (overlap off).
+  runtime::Task<void> forward_deltas(bool wait_for_delivery);
+
+  const SchedulerActorConfig config;
+  Scheduler scheduler;
+  runtime::Channel<runtime::SchedulerMessage>& inbox;
+  runtime::Channel<runtime::ExecuteStep>& executor_inbox;
+  runtime::Channel<runtime::DecodeBatch>& tokenizer_inbox;
+  runtime::StatsBoard& stats;
+
+  struct LiveRequest {
+    std::stop_token cancel;
+    bool streamed = false;  // some token went out (beam search streams none before the end)
+  };
+  std::unordered_map<uint64_t, LiveRequest> live;    // added and not yet reported finished
+  std::unordered_map<uint64_t, std::string> failed;  // aborted because the executor failed
+  std::vector<runtime::OutputDelta> outbox;
+  bool executor_busy = false;
+  std::atomic<bool> abort_pending{false};  // set by any thread, cleared by this one
+  const uint64_t seed_state = std::random_device{}();
+  int64_t num_generated_tokens = 0;
+};
+
+namespace {
+
+SchedulerConfig scheduler_config(const SchedulerActorConfig& config) {
+  SchedulerConfig out;
+  out.preemption_mode = config.preempt_by_swap ? PreemptionMode::kSwap : PreemptionMode::kRecompute;
+  out.max_num_seqs = config.max_num_seqs;
+  out.max_model_len = config.max_model_len;
+  out.max_num_batched_tokens = config.max_num_batched_tokens;
+  out.eos_token_ids = config.eos_token_ids;
+  return out;
+}
+
+cache::BlockManagerConfig block_config(const SchedulerActorConfig& config) {
+  cache::BlockManagerConfig out;
+  out.block_size = config.block_size;
+  out.num_device_blocks = config.num_device_blocks;
+  out.num_cpu_blocks = config.num_cpu_blocks;
+  out.enable_prefix_caching = config.enable_prefix_caching;
+  return out;
+}
+
+}  // namespace
+
+SchedulerActor::State::State(const SchedulerActorConfig& config_in,
+                             runtime::Channel<runtime::SchedulerMessage>& inbox_in,
+                             runtime::Channel<runtime::ExecuteStep>& executor_inbox_in,
+                             runtime::Channel<runtime::DecodeBatch>& tokenizer_inbox_in,
+                             runtime::StatsBoard& stats_in)
+    : config(config_in),
+      scheduler(scheduler_config(config_in), block_config(config_in)),
+      inbox(inbox_in),
+      executor_inbox(executor_inbox_in),
+      tokenizer_inbox(tokenizer_inbox_in),
+      stats(stats_in) {
+  publish_stats();
+}
+
+SchedulerActor::SchedulerActor(const SchedulerActorConfig& config,
+                               runtime::Channel<runtime::SchedulerMessage>& inbox,
+                               runtime::Channel<runtime::ExecuteStep>& executor_inbox,
+                               runtime::Channel<runtime::DecodeBatch>& tokenizer_inbox,
+                               runtime::StatsBoard& stats)
+    : state_(std::make_unique<State>(config, inbox, executor_inbox, tokenizer_inbox, stats)) {}
+
+SchedulerActor::~SchedulerActor() = default;
+
+runtime::Task<void> SchedulerActor::run() { return state_->run(); }
+
+void SchedulerActor::notify_abort() {
+  state_->abort_pending.store(true);
+  // A full inbox needs no wake-up: the flag is checked after every message.
+  (void)state_->inbox.try_send(boost::system::error_code{},
+                               runtime::SchedulerMessage(runtime::CheckAborts{}));
+}
+
+runtime::Task<void> SchedulerActor::State::run() {
+  for (;;) {
+    auto [error, message] = co_await inbox.async_receive(runtime::kAwaitTuple);
+    if (error) break;  // closed: shutdown
+    const bool step_finished = std::holds_alternative<runtime::StepDone>(message);
+    try {
+      std::visit([this](auto& m) { on_message(m); }, message);
+      if (abort_pending.exchange(false)) sweep_aborts();
+      if (config.overlap) launch_step(step_finished);
+    } catch (const std::exception& e) {
+      // A Scheduler precondition failed: a bug. Keep serving the other requests.
+      std::fprintf(stderr, "pagedserve: scheduler actor: %s\n", e.what());
+    }
+    publish_stats();
+    co_await forward_deltas(!config.overlap);
+    if (!config.overlap) {
+      launch_step(step_finished);
+      publish_stats();
+      co_await forward_deltas(true);
+    }
+  }
+}
+
+void SchedulerActor::State::on_message(runtime::AddRequest& add) {
+  if (add.cancel.stop_requested()) {
+    runtime::OutputDelta delta;
+    delta.request_id = add.request_id;
+    delta.finished = true;
+    delta.finish_reason = "abort";
+    outbox.push_back(std::move(delta));
+    return;
+  }
+  NewRequest request;
+  request.id = add.request_id;
+  request.prompt_token_ids = std::move(add.prompt_token_ids);
+  request.sampling = std::move(add.sampling);
+  request.seed =
+      request.sampling.seed ? *request.sampling.seed : std::mt19937_64(seed_state + request.id)();
+  const uint64_t id = request.id;
+  live.emplace(id, LiveRequest{std::move(add.cancel)});
+  try {
+    scheduler.add(std::move(request));
+  } catch (const std::exception& e) {  // a duplicate id: a bug, but the stream must end
+    live.erase(id);
+    runtime::OutputDelta delta;
+    delta.request_id = id;
+    delta.finished = true;
+    delta.finish_reason = "error";
+    delta.error = e.what();
+    outbox.push_back(std::move(delta));
+  }
+}
+
+void SchedulerActor::State::on_message(runtime::CheckAborts&) { abort_pending.store(true); }
+
+void SchedulerActor::State::on_message(runtime::StepDone& done) {
+  executor_busy = false;
+  if (!done.error.empty()) {
+    for (const ScheduledSequence& seq : done.input.seqs) {
+      if (!live.count(seq.request_id)) continue;
+      failed[seq.request_id] = done.error;
+      scheduler.abort(seq.request_id);
+    }
+  }
+  collect(scheduler.update(done.input, done.output));
+}
+
+void SchedulerActor::State::sweep_aborts() {
+  for (const auto& [id, request] : live) {
+    if (request.cancel.stop_requested()) scheduler.abort(id);  // a no-op the second time
+  }
+}
+
+void SchedulerActor::State::launch_step(bool continues_previous_step) {
+  // Twice at most: a first schedule() may only flush aborts (an empty step).
+  for (int attempt = 0; attempt < 2 && !executor_busy && scheduler.has_unfinished(); ++attempt) {
+    StepInput input = scheduler.schedule();
+    if (input.seqs.empty()) {
+      StepOutput nothing;
+      nothing.step_id = input.step_id;
+      collect(scheduler.update(input, nothing));
+      continue;
+    }
+    std::vector<uint64_t> ids;
+    for (const ScheduledSequence& seq : input.seqs) ids.push_back(seq.request_id);
+    runtime::ExecuteStep step;
+    step.input = std::move(input);
+    step.continues_previous_step = continues_previous_step;
+    // Capacity 1 and the executor idle: the channel is empty unless it was closed.
+    if (executor_inbox.try_send(boost::system::error_code{}, std::move(step))) {
+      executor_busy = true;
+      return;
+    }
+    for (uint64_t id : ids) {
+      failed[id] = "the engine is shutting down";
+      scheduler.abort(id);
+    }
+    collect(scheduler.update(StepInput{}, StepOutput{}));
+    return;
+  }
+}
+
+void SchedulerActor::State::collect(std::vector<RequestUpdate> updates) {
+  for (RequestUpdate& update : updates) {
+    auto it = live.find(update.request_id);
+    if (it == live.end()) continue;
+    for (SequenceUpdate& seq : update.seqs) {
+      if (seq.new_token_ids.empty()) continue;
+      runtime::OutputDelta delta;
+      delta.request_id = update.request_id;
+      delta.index = seq.index;
+      num_generated_tokens += static_cast<int64_t>(seq.new_token_ids.size());
+      delta.token_ids = std::move(seq.new_token_ids);
+      delta.num_cached_tokens = update.num_cached_tokens;
+      outbox.push_back(std::move(delta));
+      it->second.streamed = true;
+    }
+    if (!update.finished) continue;
+    // Beam search streams nothing: its outputs are known only now.
+    if (!it->second.streamed) {
+      for (CompletedSequence& output : update.outputs) {
+        if (output.token_ids.empty()) continue;
+        runtime::OutputDelta delta;
+        delta.request_id = update.request_id;
+        delta.index = output.index;
+        num_generated_tokens += static_cast<int64_t>(output.token_ids.size());
+        delta.token_ids = std::move(output.token_ids);
+        delta.num_cached_tokens = update.num_cached_tokens;
+        outbox.push_back(std::move(delta));
+      }
+    }
+    runtime::OutputDelta end;
+    end.request_id = update.request_id;
+    end.finished = true;
+    end.num_cached_tokens = update.num_cached_tokens;
+    FinishReason reason = FinishReason::kAbort;
+    if (!update.outputs.empty()) reason = update.outputs.front().finish_reason;
+    if (!update.error.empty()) reason = FinishReason::kError;
+    end.finish_reason = finish_reason_name(reason);
+    end.error = std::move(update.error);
+    if (auto failure = failed.find(update.request_id); failure != failed.end()) {
+      end.finish_reason = "error";
+      end.error = std::move(failure->second);
+      failed.erase(failure);
+    }
+    outbox.push_back(std::move(end));
+    live.erase(it);
+  }
+}
+
+void SchedulerActor::State::publish_stats() {
+  const cache::BlockManager& blocks = scheduler.block_manager();
+  runtime::StatsBoard::SchedulerCounts counts;
+  counts.num_running_seqs = static_cast<int>(scheduler.num_running());
+  counts.num_waiting_seqs = static_cast<int>(scheduler.num_waiting());
+  counts.num_kv_blocks_total = blocks.num_total_device_blocks();
+  counts.num_kv_blocks_used = blocks.num_used_device_blocks();
+  counts.num_kv_blocks_free = blocks.num_free_device_blocks();
+  counts.num_generated_tokens = num_generated_tokens;
+  stats.publish(counts);
+}
+
+runtime::Task<void> SchedulerActor::State::forward_deltas(bool wait_for_delivery) {
+  if (outbox.empty()) co_return;
+  runtime::DecodeBatch batch;
+  batch.deltas = std::move(outbox);
+  outbox.clear();
+  std::future<void> delivered;
+  if (wait_for_delivery) {
+    batch.delivered = std::make_shared<std::promise<void>>();
+    delivered = batch.delivered->get_future();
+  }
+  // May wait while the tokenizer's inbox is full; the tokenizer's decode loop never waits
+  // on this actor, so this always resumes.
+  auto [error] = co_await tokenizer_inbox.async_send(boost::system::error_code{}, std::move(batch),
+                                                     runtime::kAwaitTuple);
+  // Blocking this thread is the point of overlap off: nothing else happens meanwhile.
+  if (!error && wait_for_delivery) delivered.wait();
+}
+
+}  // namespace pagedserve::actors
