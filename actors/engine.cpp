@@ -16,15 +16,13 @@
 #include <mutex>
 #include <utility>
 
-#include "actors/cpu_executor.h"
+#include "actors/engine_setup.h"
 #include "actors/executor_actor.h"
 #include "actors/runtime/actor_thread.h"
 #include "actors/runtime/request_registry.h"
 #include "actors/runtime/stats_board.h"
 #include "actors/scheduler_actor.h"
 #include "actors/tokenizer_actor.h"
-#include "cache/kv_cache_sizing.h"
-#include "model/loader/llama_weights.h"
 
 namespace pagedserve::actors {
 
@@ -90,78 +88,13 @@ Engine::Impl::Impl(const EngineConfig& config_in, const EngineOptions& options_i
                       static_cast<size_t>(std::max(options_in.channel_capacity, 1))),
       executor_inbox(executor_thread.executor(), 1) {}
 
-namespace {
-
-// The same sizing and checks as LlmEngine's constructor (to be shared once its API settles).
-struct Sizing {
-  int num_device_blocks = 0;
-  int num_cpu_blocks = 0;
-};
-
-Sizing size_kv_cache(EngineConfig& config, const model::ModelConfig& mc) {
-  if (config.block_size < 1 || config.block_size > 256) {
-    throw std::invalid_argument("--block-size must be in [1, 256], got " +
-                                std::to_string(config.block_size));
-  }
-  if (config.max_num_seqs < 1) throw std::invalid_argument("--max-num-seqs must be at least 1");
-  if (config.max_model_len <= 0) config.max_model_len = mc.max_position_embeddings;
-  cache::KvCacheShape shape;
-  shape.num_layers = mc.num_hidden_layers;
-  shape.num_kv_heads = mc.num_key_value_heads;
-  shape.head_dim = mc.head_dim;
-  shape.dtype_bytes = sizeof(float);
-  shape.block_size = config.block_size;
-  Sizing sizing;
-  sizing.num_device_blocks = config.num_kv_blocks;
-  if (sizing.num_device_blocks <= 0) {
-    sizing.num_device_blocks = cache::num_blocks_for_memory(shape, config.kv_cache_memory_bytes);
-    const int64_t useful = int64_t{config.max_num_seqs} *
-                           ((config.max_model_len + config.block_size - 1) / config.block_size);
-    sizing.num_device_blocks =
-        static_cast<int>(std::min<int64_t>(sizing.num_device_blocks, useful));
-  }
-  cache::check_max_model_len_fits(shape, sizing.num_device_blocks, config.max_model_len);
-  config.num_kv_blocks = sizing.num_device_blocks;
-  sizing.num_cpu_blocks = cache::num_blocks_for_memory(shape, config.swap_space_bytes);
-  return sizing;
-}
-
-}  // namespace
-
 std::unique_ptr<Engine> Engine::start(const EngineConfig& config_in, const EngineOptions& options) {
-  EngineConfig config = config_in;
-  model::LlamaWeights weights = model::load_llama_weights(config.model_dir);
-  auto tokenizer =
-      std::make_shared<const model::Tokenizer>(model::Tokenizer::from_dir(config.model_dir));
-  const model::ModelConfig mc = weights.config;
-  const Sizing sizing = size_kv_cache(config, mc);
-
-  SchedulerActorConfig sched;
-  sched.block_size = config.block_size;
-  sched.num_device_blocks = sizing.num_device_blocks;
-  sched.num_cpu_blocks = sizing.num_cpu_blocks;
-  sched.enable_prefix_caching = config.enable_prefix_caching;
-  // As LlmEngine: swap when a CPU pool was set aside, unless told otherwise.
-  const PreemptionMode preemption = config.preemption_mode.value_or(
-      sizing.num_cpu_blocks > 0 ? PreemptionMode::kSwap : PreemptionMode::kRecompute);
-  if (preemption == PreemptionMode::kSwap && sizing.num_cpu_blocks == 0) {
-    throw std::invalid_argument(
-        "--preemption-mode swap needs --swap-space (a CPU pool of at least one KV block)");
-  }
-  sched.preempt_by_swap = preemption == PreemptionMode::kSwap;
-  sched.max_num_seqs = config.max_num_seqs;
-  sched.max_model_len = config.max_model_len;
-  sched.max_num_batched_tokens = config.max_num_batched_tokens;
-  sched.eos_token_ids.assign(mc.eos_token_ids.begin(), mc.eos_token_ids.end());
-  if (auto eos = tokenizer->eos_token_id();
-      eos && std::find(sched.eos_token_ids.begin(), sched.eos_token_ids.end(), *eos) ==
-                 sched.eos_token_ids.end()) {
-    sched.eos_token_ids.push_back(*eos);
-  }
-  sched.overlap = options.overlap;
-
-  auto executor = std::make_unique<CpuExecutor>(std::move(weights), config.block_size,
-                                                sizing.num_device_blocks, sizing.num_cpu_blocks);
+  EngineSetup setup = set_up_engine(config_in);
+  const EngineConfig& config = setup.config;
+  auto tokenizer = setup.tokenizer;
+  const int vocab_size = setup.executor->model_config().vocab_size;
+  SchedulerActorConfig sched{setup.scheduler, setup.blocks, options.overlap};
+  auto executor = std::move(setup.executor);
 
   auto impl = std::make_unique<Impl>(config, options, tokenizer);
   Impl& s = *impl;
@@ -170,8 +103,8 @@ std::unique_ptr<Engine> Engine::start(const EngineConfig& config_in, const Engin
   s.scheduler_actor = std::make_unique<SchedulerActor>(sched, s.scheduler_inbox, s.executor_inbox,
                                                        s.decode_inbox, s.stats);
   s.tokenizer_actor = std::make_unique<TokenizerActor>(
-      tokenizer, TokenizerActorLimits{mc.vocab_size, config.max_model_len}, s.registry,
-      s.encode_inbox, s.decode_inbox, s.scheduler_inbox);
+      tokenizer, TokenizerActorLimits{config, vocab_size}, s.registry, s.encode_inbox,
+      s.decode_inbox, s.scheduler_inbox);
   s.registry->set_abort_hook([actor = s.scheduler_actor.get()] { actor->notify_abort(); });
 
   s.executor_thread.spawn(s.executor_actor->run());

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/llm_engine.h"  // EngineConfig
+#include "actors/engine_setup.h"  // EngineConfig
 #include "model/sampling_params.h"
 #include "model/tokenizer/tokenizer.h"
 

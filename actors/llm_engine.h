@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/engine_setup.h"
 #include "actors/executor.h"
 #include "actors/output_processor.h"
 #include "actors/scheduler.h"
@@ -17,23 +18,6 @@
 #include "model/tokenizer/tokenizer.h"
 
 namespace pagedserve::actors {
-
-struct EngineConfig {
-  std::filesystem::path model_dir;
-  int block_size = 16;    // tokens per KV block
-  int num_kv_blocks = 0;  // 0: derive from kv_cache_memory_bytes
-  int64_t kv_cache_memory_bytes = int64_t{2} << 30;
-  int64_t swap_space_bytes = 0;
-  int max_num_seqs = 256;
-  int max_model_len = 0;  // 0: the model's max_position_embeddings
-  int max_num_batched_tokens = 8192;
-  bool enable_prefix_caching = true;
-  int num_threads = 0;  // CPU executor threads, counting the executor's own; 0: one per core
-  // How the scheduler frees blocks when they run out. Unset: swap when swap_space_bytes > 0
-  // (it was set aside for that), else recompute (vLLM v1's only mode). kSwap without swap space
-  // is refused.
-  std::optional<PreemptionMode> preemption_mode;
-};
 
 // Thrown for a request the engine refuses (empty prompt, bad sampling field, too long).
 class InvalidRequest : public std::invalid_argument {
@@ -61,15 +45,14 @@ class LlmEngine {
   // Runs one scheduler + executor iteration and reports what happened to each request.
   std::vector<RequestOutput> step();
   SchedulerStats stats() const { return scheduler_->stats(); }
-  PreemptionMode preemption_mode() const { return preemption_mode_; }
+  PreemptionMode preemption_mode() const { return *config_.preemption_mode; }
 
  private:
   EngineConfig config_;
-  std::unique_ptr<model::Tokenizer> tokenizer_;
+  std::shared_ptr<const model::Tokenizer> tokenizer_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<OutputProcessor> processor_;
-  PreemptionMode preemption_mode_ = PreemptionMode::kRecompute;
   uint64_t next_request_id_ = 1;
   uint64_t seed_state_;
 };

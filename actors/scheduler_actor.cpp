@@ -58,36 +58,13 @@ struct SchedulerActor::State {
   int64_t num_generated_tokens = 0;
 };
 
-namespace {
-
-SchedulerConfig scheduler_config(const SchedulerActorConfig& config) {
-  SchedulerConfig out;
-  out.preemption_mode = config.preempt_by_swap ? PreemptionMode::kSwap : PreemptionMode::kRecompute;
-  out.max_num_seqs = config.max_num_seqs;
-  out.max_model_len = config.max_model_len;
-  out.max_num_batched_tokens = config.max_num_batched_tokens;
-  out.eos_token_ids = config.eos_token_ids;
-  return out;
-}
-
-cache::BlockManagerConfig block_config(const SchedulerActorConfig& config) {
-  cache::BlockManagerConfig out;
-  out.block_size = config.block_size;
-  out.num_device_blocks = config.num_device_blocks;
-  out.num_cpu_blocks = config.num_cpu_blocks;
-  out.enable_prefix_caching = config.enable_prefix_caching;
-  return out;
-}
-
-}  // namespace
-
 SchedulerActor::State::State(const SchedulerActorConfig& config_in,
                              runtime::Channel<runtime::SchedulerMessage>& inbox_in,
                              runtime::Channel<runtime::ExecuteStep>& executor_inbox_in,
                              runtime::Channel<runtime::DecodeBatch>& tokenizer_inbox_in,
                              runtime::StatsBoard& stats_in)
     : config(config_in),
-      scheduler(scheduler_config(config_in), block_config(config_in)),
+      scheduler(config_in.scheduler, config_in.blocks),
       inbox(inbox_in),
       executor_inbox(executor_inbox_in),
       tokenizer_inbox(tokenizer_inbox_in),

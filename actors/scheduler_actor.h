@@ -12,8 +12,8 @@
 // executor steps, which is exactly the host time the overlap is meant to hide. Splitting it
 // out needs a Scheduler that plans with a snapshot of block counts and commits asynchronously.
 //
-// Only scheduler_actor.cpp sees the Scheduler's types (SequenceState, SequenceUpdate, ...),
-// so the scheduler's API can change without touching the rest of the actor system.
+// Only scheduler_actor.cpp sees the Scheduler's step types (RequestUpdate, ...), so they can
+// change without touching the rest of the actor system.
 #pragma once
 
 #include <cstdint>
@@ -25,19 +25,13 @@
 #include "actors/runtime/scheduler_messages.h"
 #include "actors/runtime/stats_board.h"
 #include "actors/runtime/tokenizer_messages.h"
+#include "actors/scheduler.h"
 
 namespace pagedserve::actors {
 
 struct SchedulerActorConfig {
-  int block_size = 16;
-  int num_device_blocks = 0;
-  int num_cpu_blocks = 0;
-  bool enable_prefix_caching = true;
-  bool preempt_by_swap = false;  // else by recompute
-  int max_num_seqs = 256;
-  int max_model_len = 2048;
-  int max_num_batched_tokens = 8192;
-  std::vector<int32_t> eos_token_ids;
+  SchedulerConfig scheduler;
+  cache::BlockManagerConfig blocks;
   bool overlap = true;  // see EngineOptions::overlap
 };
 

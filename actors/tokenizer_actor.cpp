@@ -38,20 +38,7 @@ runtime::Task<void> TokenizerActor::decode_loop() {
 
 std::string TokenizerActor::validate(const std::vector<int32_t>& prompt_ids,
                                      const model::SamplingParams& sampling) const {
-  // The same checks, and messages, as LlmEngine::add_request.
-  if (prompt_ids.empty()) return "the prompt must contain at least one token";
-  for (int32_t id : prompt_ids) {
-    if (id < 0 || id >= limits_.vocab_size) {
-      return "prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-             std::to_string(limits_.vocab_size) + ")";
-    }
-  }
-  if (static_cast<int>(prompt_ids.size()) >= limits_.max_model_len) {
-    return "the prompt has " + std::to_string(prompt_ids.size()) +
-           " tokens, but max_model_len is " + std::to_string(limits_.max_model_len) +
-           " (the prompt plus at least one generated token must fit)";
-  }
-  return sampling.validate();
+  return check_request(prompt_ids, sampling, limits_.config, limits_.vocab_size);
 }
 
 void TokenizerActor::end(runtime::StreamState& stream, TokenEvent event) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "actors/engine_setup.h"
 #include "actors/runtime/channel.h"
 #include "actors/runtime/request_registry.h"
 #include "actors/runtime/scheduler_messages.h"
@@ -25,8 +26,8 @@
 namespace pagedserve::actors {
 
 struct TokenizerActorLimits {
-  int vocab_size = 0;     // the model's: prompt ids must be below it
-  int max_model_len = 0;  // a prompt must leave room for one generated token
+  EngineConfig config;  // resolved (max_model_len, max_num_seqs): check_request's limits
+  int vocab_size = 0;   // the model's: prompt ids must be below it
 };
 
 class TokenizerActor {

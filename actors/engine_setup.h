@@ -1,0 +1,57 @@
+// EngineConfig and what both engine fronts (the synchronous LlmEngine and the actor-based
+// Engine) build from it: the model, tokenizer and executor, the scheduler and block-manager
+// settings with every default resolved, and the one check every request passes on entry.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "actors/executor.h"
+#include "actors/scheduler.h"
+#include "cache/block_manager.h"
+#include "model/sampling_params.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace pagedserve::actors {
+
+struct EngineConfig {
+  std::filesystem::path model_dir;
+  int block_size = 16;    // tokens per KV block
+  int num_kv_blocks = 0;  // 0: derive from kv_cache_memory_bytes
+  int64_t kv_cache_memory_bytes = int64_t{2} << 30;
+  int64_t swap_space_bytes = 0;
+  int max_num_seqs = 256;
+  int max_model_len = 0;  // 0: the model's max_position_embeddings
+  int max_num_batched_tokens = 8192;
+  bool enable_prefix_caching = true;
+  int num_threads = 0;  // CPU executor threads, counting the executor's own; 0: one per core
+  // How the scheduler frees blocks when they run out. Unset: swap when swap_space_bytes > 0
+  // (it was set aside for that), else recompute (vLLM v1's only mode). kSwap without swap space
+  // is refused.
+  std::optional<PreemptionMode> preemption_mode;
+};
+
+struct EngineSetup {
+  EngineConfig config;  // max_model_len, num_kv_blocks and preemption_mode resolved
+  std::shared_ptr<const model::Tokenizer> tokenizer;
+  std::unique_ptr<Executor> executor;
+  SchedulerConfig scheduler;
+  cache::BlockManagerConfig blocks;
+};
+
+// Loads the model and tokenizer, sizes the KV pools and builds the CPU executor. Throws
+// model::ModelError for bad model files and std::invalid_argument for bad settings (e.g. a
+// pool too small for max_model_len, with the memory it would need).
+EngineSetup set_up_engine(const EngineConfig& config);
+
+// Empty when the engine can take the request, else the reason (empty prompt, ids outside the
+// vocabulary, too long for max_model_len, invalid sampling, more sequences than max_num_seqs).
+std::string check_request(std::span<const int32_t> prompt_token_ids,
+                          const model::SamplingParams& params, const EngineConfig& resolved,
+                          int vocab_size);
+
+}  // namespace pagedserve::actors
