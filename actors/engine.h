@@ -38,15 +38,19 @@ struct GenerateRequest {
   model::SamplingParams sampling;
 };
 
-// One step of one request's output. A stream ends with exactly one event whose `finished` is
-// true; it may also carry the last token.
+// One step of one request's output. Each output (index) ends with an event whose
+// `sequence_finished` is true; the stream ends with exactly one event whose `finished` is true
+// (for n == 1 both are set on the same event, which may also carry the last tokens).
 struct TokenEvent {
   uint64_t request_id = 0;
-  int index = 0;                   // which of the request's outputs (always 0 until n > 1)
-  std::vector<int32_t> token_ids;  // the tokens this event adds (empty for a bare final event)
-  std::string text;                // the text they complete (UTF-8; may lag a partial char)
-  bool finished = false;
-  std::string finish_reason;  // when finished: "stop", "length", "abort" or "error"
+  int index = 0;                   // which of the request's outputs (0 .. n-1)
+  std::vector<int32_t> token_ids;  // the tokens this event adds (may be empty)
+  std::string text;                // the text they complete (UTF-8; held back while it might
+                                   // start a stop string or ends in a partial character)
+  bool sequence_finished = false;  // output `index` is complete; finish_reason says why
+  bool finished = false;           // the whole request is complete: the stream's last event
+  std::string finish_reason;       // with sequence_finished or finished: "stop", "length", "abort"
+                                   // or "error"
   int num_prompt_tokens = 0;
   int num_cached_tokens = 0;  // prompt tokens served by the prefix cache
   std::string error;          // set when finish_reason is "error"

@@ -4,24 +4,6 @@
 #include <algorithm>
 
 namespace pagedserve::actors {
-namespace {
-
-size_t longest_stop(const model::SamplingParams& sampling) {
-  size_t longest = 0;
-  for (const std::string& stop : sampling.stop) longest = std::max(longest, stop.size());
-  return longest;
-}
-
-// Moves `cut` back to the start of a UTF-8 character so a delta never ends mid-character.
-size_t utf8_boundary(const std::string& text, size_t cut) {
-  while (cut > 0 && cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) {
-    --cut;
-  }
-  return cut;
-}
-
-}  // namespace
-
 void OutputProcessor::add_request(uint64_t request_id, std::span<const int32_t> prompt_token_ids,
                                   const model::SamplingParams& sampling) {
   Request request;
@@ -30,62 +12,27 @@ void OutputProcessor::add_request(uint64_t request_id, std::span<const int32_t> 
   requests_[request_id] = std::move(request);
 }
 
-// Looks for the earliest stop string that ends in text[search_from..]; on a match cuts the
-// text before it and marks the sequence stopped.
-bool OutputProcessor::find_stop_string(const Request& request, SequenceText& seq,
-                                       size_t search_from) const {
-  if (request.sampling.stop.empty() || seq.num_tokens <= request.sampling.min_tokens) return false;
-  const size_t longest = longest_stop(request.sampling);
-  const size_t from = search_from >= longest ? search_from - longest + 1 : 0;
-  size_t best = std::string::npos;
-  for (const std::string& stop : request.sampling.stop) {
-    best = std::min(best, seq.text.find(stop, from));
-  }
-  if (best == std::string::npos) return false;
-  seq.text.resize(best);
-  seq.stopped = FinishReason::kStop;
-  return true;
-}
-
 SequenceOutput OutputProcessor::process_sequence(uint64_t request_id, Request& request,
                                                  const SequenceUpdate& update,
                                                  std::vector<SequenceStop>& stops) {
-  SequenceText& seq = request.seqs[update.index];
-  if (!seq.decoder) {
-    seq.decoder =
-        std::make_unique<model::IncrementalDecoder>(*tokenizer_, request.prompt_token_ids);
+  std::unique_ptr<SequenceText>& seq = request.seqs[update.index];
+  if (!seq) {
+    seq = std::make_unique<SequenceText>(*tokenizer_, request.prompt_token_ids, request.sampling);
   }
   SequenceOutput out;
   out.index = update.index;
   out.finish_reason = update.finish_reason;
-  if (seq.stopped != FinishReason::kNone) return out;  // a step that raced with the stop
+  if (seq->stopped()) return out;  // a step that raced with the stop
 
   out.new_token_ids = update.new_token_ids;
-  for (int32_t token : update.new_token_ids) {
-    const size_t before = seq.text.size();
-    seq.text += seq.decoder->push(token);
-    ++seq.num_tokens;
-    if (find_stop_string(request, seq, before)) break;
-  }
-  if (seq.stopped == FinishReason::kNone && update.finished()) {
-    const size_t before = seq.text.size();
-    seq.text += seq.decoder->flush();
-    find_stop_string(request, seq, before);
-  }
-  if (seq.stopped != FinishReason::kNone) {
+  seq->push(update.new_token_ids);
+  if (update.finished()) seq->finish();
+  if (seq->stopped()) {
     // A sequence the scheduler already ended (e.g. by length) needs no stop call.
     if (!update.finished()) stops.push_back({request_id, update.index});
     out.finish_reason = FinishReason::kStop;
   }
-  size_t cut = seq.text.size();
-  if (out.finish_reason == FinishReason::kNone) {
-    const size_t hold = std::max<size_t>(longest_stop(request.sampling), 1) - 1;
-    cut = utf8_boundary(seq.text, cut >= hold ? cut - hold : 0);
-  }
-  if (cut > seq.num_sent) {
-    out.text_delta = seq.text.substr(seq.num_sent, cut - seq.num_sent);
-    seq.num_sent = cut;
-  }
+  out.text_delta = seq->take_delta(out.finish_reason != FinishReason::kNone);
   return out;
 }
 
@@ -98,8 +45,8 @@ CompletionOutput OutputProcessor::completion(Request& request,
   out.finish_reason = done.finish_reason;
   auto seq = request.seqs.find(done.source_index);
   if (done.source_index >= 0 && seq != request.seqs.end()) {
-    out.text = seq->second.text;
-    if (seq->second.stopped != FinishReason::kNone) out.finish_reason = seq->second.stopped;
+    out.text = seq->second->text();
+    if (seq->second->stopped()) out.finish_reason = FinishReason::kStop;
     return out;
   }
   // Beam search (or a sequence that never produced a token): decode it whole, with the prompt

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "actors/scheduler.h"
+#include "actors/sequence_text.h"
 #include "model/sampling_params.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -69,22 +70,14 @@ class OutputProcessor {
   size_t num_requests() const { return requests_.size(); }
 
  private:
-  struct SequenceText {
-    std::unique_ptr<model::IncrementalDecoder> decoder;
-    std::string text;     // decoded so far, cut before a stop string once one matched
-    size_t num_sent = 0;  // bytes of text already sent as deltas
-    int num_tokens = 0;   // tokens decoded
-    FinishReason stopped = FinishReason::kNone;  // kStop once a stop string matched
-  };
   struct Request {
     std::vector<int32_t> prompt_token_ids;
     model::SamplingParams sampling;
-    std::map<int, SequenceText> seqs;  // by sequence index, created on first token
+    std::map<int, std::unique_ptr<SequenceText>> seqs;  // by sequence index, on first token
   };
 
   SequenceOutput process_sequence(uint64_t request_id, Request& request,
                                   const SequenceUpdate& update, std::vector<SequenceStop>& stops);
-  bool find_stop_string(const Request& request, SequenceText& seq, size_t search_from) const;
   CompletionOutput completion(Request& request, const CompletedSequence& done) const;
 
   const model::Tokenizer* tokenizer_;

@@ -197,10 +197,11 @@ void SchedulerActor::State::collect(std::vector<RequestUpdate> updates) {
     auto it = live.find(update.request_id);
     if (it == live.end()) continue;
     for (SequenceUpdate& seq : update.seqs) {
-      if (seq.new_token_ids.empty()) continue;
+      if (seq.new_token_ids.empty() && !seq.finished()) continue;
       runtime::OutputDelta delta;
       delta.request_id = update.request_id;
       delta.index = seq.index;
+      if (seq.finished()) delta.sequence_finish_reason = finish_reason_name(seq.finish_reason);
       num_generated_tokens += static_cast<int64_t>(seq.new_token_ids.size());
       delta.token_ids = std::move(seq.new_token_ids);
       delta.num_cached_tokens = update.num_cached_tokens;
@@ -215,6 +216,7 @@ void SchedulerActor::State::collect(std::vector<RequestUpdate> updates) {
         runtime::OutputDelta delta;
         delta.request_id = update.request_id;
         delta.index = output.index;
+        delta.sequence_finish_reason = finish_reason_name(output.finish_reason);
         num_generated_tokens += static_cast<int64_t>(output.token_ids.size());
         delta.token_ids = std::move(output.token_ids);
         delta.num_cached_tokens = update.num_cached_tokens;

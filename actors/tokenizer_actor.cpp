@@ -80,7 +80,7 @@ runtime::Task<void> TokenizerActor::on_encode(runtime::EncodeRequest request) {
   }
 
   const int num_prompt_tokens = static_cast<int>(prompt_ids.size());
-  live_.emplace(id, LiveRequest{stream, prompt_ids, {}});
+  live_.emplace(id, LiveRequest{stream, prompt_ids, request.sampling, {}, {}});
   runtime::AddRequest add;
   add.request_id = id;
   add.prompt_token_ids = std::move(prompt_ids);
@@ -97,52 +97,112 @@ runtime::Task<void> TokenizerActor::on_encode(runtime::EncodeRequest request) {
   }
 }
 
+namespace {
+
+// Outputs a client sees streamed: every sequence when sampling (best_of of them), the n
+// final beams for beam search.
+int num_streamed_outputs(const model::SamplingParams& sampling) {
+  return sampling.use_beam_search ? sampling.n : sampling.num_sequences();
+}
+
+}  // namespace
+
+SequenceText& TokenizerActor::output(LiveRequest& live, int index) const {
+  std::unique_ptr<SequenceText>& text = live.outputs[index];
+  if (!text) text = std::make_unique<SequenceText>(*tokenizer_, live.prompt_ids, live.sampling);
+  return *text;
+}
+
 TokenEvent TokenizerActor::make_event(LiveRequest& live, runtime::OutputDelta& delta) const {
   TokenEvent event;
   event.request_id = delta.request_id;
   event.index = delta.index;
   event.num_prompt_tokens = static_cast<int>(live.prompt_ids.size());
   event.num_cached_tokens = delta.num_cached_tokens;
-  if (!delta.token_ids.empty()) {
-    auto it = live.decoders.find(delta.index);
-    if (it == live.decoders.end()) {
-      it = live.decoders
-               .emplace(delta.index, model::IncrementalDecoder(*tokenizer_, live.prompt_ids))
-               .first;
-    }
-    for (int32_t id : delta.token_ids) event.text += it->second.push(id);
-    event.token_ids = std::move(delta.token_ids);
-  }
-  if (delta.finished) {
-    // Text held back for a partial character ends with the stream (n > 1: all outputs').
-    for (auto& [index, decoder] : live.decoders) event.text += decoder.flush();
-    event.finished = true;
-    event.finish_reason = std::move(delta.finish_reason);
-    event.error = std::move(delta.error);
+  if (live.ended.count(delta.index)) return event;  // tokens that raced with a stop string
+  SequenceText& text = output(live, delta.index);
+  text.push(delta.token_ids);
+  const bool sequence_over = !delta.sequence_finish_reason.empty();
+  if (sequence_over) text.finish();
+  event.text = text.take_delta(sequence_over || text.stopped());
+  event.token_ids = std::move(delta.token_ids);
+  if (sequence_over || text.stopped()) {
+    event.sequence_finished = true;
+    event.finish_reason = text.stopped() ? "stop" : delta.sequence_finish_reason;
+    live.ended.insert(delta.index);
   }
   return event;
+}
+
+std::vector<TokenEvent> TokenizerActor::end_outputs(LiveRequest& live,
+                                                    const runtime::OutputDelta& end) const {
+  std::vector<TokenEvent> events;
+  const int num_outputs = num_streamed_outputs(live.sampling);
+  for (int index = 0; index < num_outputs; ++index) {
+    if (live.ended.count(index)) continue;
+    SequenceText& text = output(live, index);
+    text.finish();
+    TokenEvent event;
+    event.request_id = end.request_id;
+    event.index = index;
+    event.num_prompt_tokens = static_cast<int>(live.prompt_ids.size());
+    event.num_cached_tokens = end.num_cached_tokens;
+    event.text = text.take_delta(true);
+    event.sequence_finished = true;
+    event.finish_reason = text.stopped() ? "stop" : end.finish_reason;
+    event.error = end.error;
+    live.ended.insert(index);
+    events.push_back(std::move(event));
+  }
+  return events;
 }
 
 void TokenizerActor::on_decode(runtime::DecodeBatch batch) {
   for (runtime::OutputDelta& delta : batch.deltas) {
     auto it = live_.find(delta.request_id);
-    if (it == live_.end()) continue;  // ended early (a detokenization error)
+    if (it == live_.end()) continue;  // ended early (a stop string or a detokenization error)
     LiveRequest& live = it->second;
-    TokenEvent event;
+    std::vector<TokenEvent> events;
     try {
-      event = make_event(live, delta);
+      if (!delta.token_ids.empty() || !delta.sequence_finish_reason.empty()) {
+        TokenEvent event = make_event(live, delta);
+        if (!event.token_ids.empty() || event.sequence_finished) events.push_back(std::move(event));
+      }
+      const bool all_stopped =
+          static_cast<int>(live.ended.size()) >= num_streamed_outputs(live.sampling);
+      if (delta.finished || all_stopped) {
+        if (!delta.finished) {
+          // Every output hit a stop string: the scheduler need not run the request any more.
+          registry_->abort(delta.request_id);
+          delta.finish_reason = "stop";
+        }
+        for (TokenEvent& event : end_outputs(live, delta)) events.push_back(std::move(event));
+        if (events.empty()) events.push_back(TokenEvent{});
+        TokenEvent& last = events.back();
+        last.request_id = delta.request_id;
+        last.finished = true;
+        if (last.finish_reason.empty()) last.finish_reason = delta.finish_reason;
+        if (delta.finish_reason == "error" || delta.finish_reason == "abort") {
+          last.finish_reason = delta.finish_reason;
+          last.error = delta.error;
+        }
+      }
     } catch (const std::exception& e) {
       // Stop the request too; the abort's delta will find no live request.
       registry_->abort(delta.request_id);
-      event =
-          runtime::error_event(delta.request_id, std::string("detokenization failed: ") + e.what());
-    }
-    if (!event.finished) {
-      live.stream->push(std::move(event));
-      continue;
+      events.clear();
+      events.push_back(runtime::error_event(delta.request_id,
+                                            std::string("detokenization failed: ") + e.what()));
+      events.back().finished = true;
     }
     std::shared_ptr<runtime::StreamState> stream = live.stream;  // `live` dies in end()
-    end(*stream, std::move(event));
+    for (TokenEvent& event : events) {
+      if (event.finished) {
+        end(*stream, std::move(event));
+        break;
+      }
+      stream->push(std::move(event));
+    }
   }
   if (batch.delivered) batch.delivered->set_value();
 }

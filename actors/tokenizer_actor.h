@@ -1,7 +1,9 @@
 // TokenizerActor: the text edge of the engine. Handles EncodeRequest (validate the request,
 // encode the prompt, pass it to the scheduler) and DecodeBatch (turn each request's new
-// tokens into text deltas with model::IncrementalDecoder and push TokenEvents to its
-// stream). Owns one IncrementalDecoder per live request.
+// tokens into text deltas with a SequenceText per output, which also finds stop strings, and
+// push TokenEvents to its stream). A stop string found here ends its output at once; when it
+// ends the request's last output, the request is aborted in the scheduler, as vLLM's
+// detokenizer does, so its blocks are freed within a step.
 //
 // Lives on the tokenizer ActorThread, where its two loops (encode, decode) interleave at
 // co_await. The decode loop never waits on the scheduler (pushing to a stream never blocks),
@@ -13,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -21,6 +24,7 @@
 #include "actors/runtime/request_registry.h"
 #include "actors/runtime/scheduler_messages.h"
 #include "actors/runtime/tokenizer_messages.h"
+#include "actors/sequence_text.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace pagedserve::actors {
@@ -45,14 +49,19 @@ class TokenizerActor {
  private:
   struct LiveRequest {
     std::shared_ptr<runtime::StreamState> stream;
-    std::vector<int32_t> prompt_ids;                    // context for each new decoder
-    std::map<int, model::IncrementalDecoder> decoders;  // by output index, made on first use
+    std::vector<int32_t> prompt_ids;  // context for each output's decoder
+    model::SamplingParams sampling;   // stop strings; SequenceText points at it
+    std::map<int, std::unique_ptr<SequenceText>> outputs;  // by index, made on first use
+    std::set<int> ended;  // outputs whose sequence_finished event was sent
   };
 
   runtime::Task<void> on_encode(runtime::EncodeRequest request);
   void on_decode(runtime::DecodeBatch batch);
-  // The event for one delta of a live request; flushes every decoder when it is the last.
+  SequenceText& output(LiveRequest& live, int index) const;
+  // The event for one delta of a live request.
   TokenEvent make_event(LiveRequest& live, runtime::OutputDelta& delta) const;
+  // Events that end every output not ended yet, with `reason` (the request is over).
+  std::vector<TokenEvent> end_outputs(LiveRequest& live, const runtime::OutputDelta& end) const;
   // "" when the request may run, else why not.
   std::string validate(const std::vector<int32_t>& prompt_ids,
                        const model::SamplingParams& sampling) const;

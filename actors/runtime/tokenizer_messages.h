@@ -26,10 +26,11 @@ struct EncodeRequest {
 // What one step did to one of a request's outputs, or the request's end.
 struct OutputDelta {
   uint64_t request_id = 0;
-  int index = 0;                   // which output (sequence) of the request
-  std::vector<int32_t> token_ids;  // new tokens of that output (may be empty)
-  bool finished = false;           // the request is done: its last delta
-  std::string finish_reason;       // "stop", "length", "abort", "error" when finished
+  int index = 0;                       // which output (sequence) of the request
+  std::vector<int32_t> token_ids;      // new tokens of that output (may be empty)
+  std::string sequence_finish_reason;  // set in the step output `index` ends
+  bool finished = false;               // the request is done: its last delta
+  std::string finish_reason;           // "stop", "length", "abort", "error" when finished
   int num_cached_tokens = 0;
   std::string error;
 };

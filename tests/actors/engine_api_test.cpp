@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "actors/llm_engine.h"
 #include "tests/test_paths.h"
 
 namespace pagedserve::actors {
@@ -360,6 +361,71 @@ TEST(EngineActors, OverlapOnAndOffGiveTheSameOutputAndBothMeasureTheExecutor) {
     EXPECT_GE(stats.executor_idle_s, 0.0);
   }
   EXPECT_EQ(outputs[0], outputs[1]);
+}
+
+}  // namespace
+}  // namespace pagedserve::actors
+
+namespace pagedserve::actors {
+namespace {
+
+// Stop strings through the actors: the same text as the synchronous engine (which the
+// OutputProcessor handles), the stop string and what follows never streamed, finish "stop",
+// and the request's blocks freed once the stop is seen.
+TEST(EngineApi, StopStringEndsTheStreamLikeTheSynchronousEngine) {
+  model::SamplingParams p = greedy(60, true);
+  p.stop = {"girl named"};
+  LlmEngine reference(stories_config());
+  const uint64_t id = reference.add_request(reference.tokenizer().encode("Once upon a time"), p);
+  std::string expected;
+  std::string expected_reason;
+  while (reference.has_unfinished_requests()) {
+    for (const RequestOutput& out : reference.step()) {
+      if (out.request_id == id && out.finished) {
+        expected = out.outputs.at(0).text;
+        expected_reason = finish_reason_name(out.outputs.at(0).finish_reason);
+      }
+    }
+  }
+  ASSERT_EQ(expected, ", there was a little ");
+  ASSERT_EQ(expected_reason, "stop");
+
+  auto engine = Engine::start(stories_config());
+  auto stream = engine->submit(request("Once upon a time", p));
+  const Collected got = drain(*stream);
+  EXPECT_EQ(got.text, expected);
+  EXPECT_EQ(got.last.finish_reason, "stop");
+  EXPECT_TRUE(got.last.sequence_finished);
+  EXPECT_EQ(got.num_final_events, 1);
+  EXPECT_TRUE(wait_for_stats(*engine, idle_and_all_blocks_free));
+}
+
+// n = 3: every output ends with its own sequence_finished event before the stream's last.
+TEST(EngineApi, EveryOutputReportsItsOwnEnd) {
+  auto engine = Engine::start(stories_config());
+  model::SamplingParams p;
+  p.n = 3;
+  p.temperature = 1.0f;
+  p.seed = 7;
+  p.max_tokens = 12;
+  p.ignore_eos = true;
+  auto stream = engine->submit(request("Once upon a time", p));
+  std::map<int, int> ends;
+  std::map<int, size_t> tokens;
+  int finals = 0;
+  while (std::optional<TokenEvent> event = stream->next()) {
+    tokens[event->index] += event->token_ids.size();
+    if (event->sequence_finished) {
+      ++ends[event->index];
+      EXPECT_EQ(event->finish_reason, "length");
+    }
+    finals += event->finished;
+  }
+  EXPECT_EQ(finals, 1);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(ends[i], 1) << "output " << i;
+    EXPECT_EQ(tokens[i], 12u) << "output " << i;
+  }
 }
 
 }  // namespace
