@@ -104,6 +104,13 @@ struct EngineStats {
   int num_kv_blocks_total = 0;
   int num_kv_blocks_used = 0;
   int num_kv_blocks_free = 0;  // allocatable, including evictable prefix-cache blocks
+  int num_swapped_seqs = 0;
+  int num_kv_blocks_cached = 0;  // free blocks still holding a reusable prefix
+  int peak_kv_blocks_used = 0;
+  int64_t prefix_cache_queries_tokens = 0;  // prompt tokens looked up in the prefix cache
+  int64_t prefix_cache_hits_tokens = 0;     // of those, tokens found
+  int64_t num_preemptions_swap = 0;
+  int64_t num_preemptions_recompute = 0;
   int64_t num_generated_tokens = 0;
   int64_t num_steps = 0;
   // The executor's time computing steps, and its time waiting between two steps when the

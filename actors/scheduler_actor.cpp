@@ -244,12 +244,20 @@ void SchedulerActor::State::collect(std::vector<RequestUpdate> updates) {
 
 void SchedulerActor::State::publish_stats() {
   const cache::BlockManager& blocks = scheduler.block_manager();
-  runtime::StatsBoard::SchedulerCounts counts;
+  const SchedulerStats sched = scheduler.stats();
+  EngineStats counts;
   counts.num_running_seqs = static_cast<int>(scheduler.num_running());
   counts.num_waiting_seqs = static_cast<int>(scheduler.num_waiting());
+  counts.num_swapped_seqs = static_cast<int>(scheduler.num_swapped());
   counts.num_kv_blocks_total = blocks.num_total_device_blocks();
   counts.num_kv_blocks_used = blocks.num_used_device_blocks();
   counts.num_kv_blocks_free = blocks.num_free_device_blocks();
+  counts.num_kv_blocks_cached = blocks.num_cached_blocks();
+  counts.peak_kv_blocks_used = sched.peak_used_blocks;
+  counts.prefix_cache_queries_tokens = blocks.prefix_cache_queries_tokens();
+  counts.prefix_cache_hits_tokens = blocks.prefix_cache_hits_tokens();
+  counts.num_preemptions_swap = sched.num_preemptions_swap;
+  counts.num_preemptions_recompute = sched.num_preemptions_recompute;
   counts.num_generated_tokens = num_generated_tokens;
   stats.publish(counts);
 }
