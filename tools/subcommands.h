@@ -8,5 +8,6 @@
 namespace pagedserve::tools {
 
 int run_generate(const std::vector<std::string>& args);
+int run_bench(const std::vector<std::string>& args);
 
 }  // namespace pagedserve::tools

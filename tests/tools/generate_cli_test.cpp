@@ -119,3 +119,17 @@ TEST(GenerateCli, BadModelDirectoryExitsOneNamingTheFile) {
 }
 
 }  // namespace
+
+TEST(BenchThroughputCli, ReportsEveryRequestsTokensAndPreemptionsUnderPressure) {
+  const CommandResult r = run("bench throughput " + model_flag() +
+                              " --num-requests 12 --prompt-tokens 40 --output-tokens 24"
+                              " --num-kv-blocks 32 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json out = nlohmann::json::parse(r.output);
+  EXPECT_EQ(out["failed"], 0);
+  EXPECT_EQ(out["generated_tokens"], 12 * 24);
+  EXPECT_GT(out["output_tokens_per_s"].get<double>(), 0.0);
+  EXPECT_LE(out["peak_kv_blocks_used"].get<int>(), 32);
+  // 12 x 64 tokens need 48 blocks of 16: the pool of 32 forces preemption.
+  EXPECT_GT(out["num_preemptions_recompute"].get<int>(), 0);
+}

@@ -1,0 +1,134 @@
+// `pagedserve bench throughput`: offline throughput. Submits N synthetic requests (random
+// non-special prompt tokens, forced output length) to the Engine at once and reports
+// requests, input and output tokens per second, with the engine's preemption and block
+// counts. No HTTP: this is the engine's own speed.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "actors/engine.h"
+#include "tools/cli_flags.h"
+#include "tools/engine_flags.h"
+#include "tools/subcommands.h"
+
+namespace pagedserve::tools {
+namespace {
+
+const char* const kThroughputHelp =
+    "usage: pagedserve bench throughput --model DIR [options]\n"
+    "  --num-requests N    requests submitted at once (default 64)\n"
+    "  --prompt-tokens P   prompt length of each request (default 128)\n"
+    "  --output-tokens O   tokens generated per request, EOS ignored (default 128)\n"
+    "  --seed S            seed of the synthetic prompts (default 0)\n"
+    "  --json              one JSON object instead of the table\n";
+
+std::vector<int32_t> synthetic_prompt(const model::Tokenizer& tokenizer, int length,
+                                      std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> any(0, tokenizer.vocab_size() - 1);
+  std::vector<int32_t> ids;
+  while (static_cast<int>(ids.size()) < length) {
+    const int32_t id = any(rng);
+    if (!tokenizer.is_special(id)) ids.push_back(id);
+  }
+  return ids;
+}
+
+}  // namespace
+
+int run_bench_throughput(const std::vector<std::string>& args) {
+  std::set<std::string> value_flags = kEngineValueFlags;
+  value_flags.insert({"num-requests", "prompt-tokens", "output-tokens", "seed"});
+  std::set<std::string> bool_flags = kEngineBoolFlags;
+  bool_flags.insert({"json", "help"});
+  const CliFlags flags(args, value_flags, bool_flags);
+  if (flags.has("help")) {
+    std::cout << kThroughputHelp << kEngineFlagsHelp;
+    return 0;
+  }
+  const int num_requests = static_cast<int>(flags.get_int("num-requests", 64, 1, 1 << 20));
+  const int prompt_tokens = static_cast<int>(flags.get_int("prompt-tokens", 128, 1, 1 << 24));
+  const int output_tokens = static_cast<int>(flags.get_int("output-tokens", 128, 1, 1 << 24));
+  std::mt19937 rng(static_cast<uint32_t>(flags.get_int("seed", 0, 0, UINT32_MAX)));
+
+  actors::EngineOptions options;
+  options.max_unfinished_requests = std::max(num_requests, 1);
+  auto engine = actors::Engine::start(engine_config_from_flags(flags), options);
+
+  std::vector<actors::GenerateRequest> requests(num_requests);
+  for (actors::GenerateRequest& request : requests) {
+    request.prompt_token_ids = synthetic_prompt(engine->tokenizer(), prompt_tokens, rng);
+    request.sampling.temperature = 0.0f;
+    request.sampling.max_tokens = output_tokens;
+    request.sampling.ignore_eos = true;
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::shared_ptr<actors::RequestStream>> streams;
+  for (actors::GenerateRequest& request : requests) {
+    streams.push_back(engine->submit(std::move(request)));
+  }
+  int64_t generated = 0;
+  int failed = 0;
+  std::string first_error;
+  for (auto& stream : streams) {
+    while (std::optional<actors::TokenEvent> event = stream->next()) {
+      generated += static_cast<int64_t>(event->token_ids.size());
+      if (event->finished && event->finish_reason == "error") {
+        ++failed;
+        if (first_error.empty()) first_error = event->error;
+      }
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const actors::EngineStats stats = engine->stats();
+  engine->shutdown();
+
+  const double input_tokens = static_cast<double>(num_requests - failed) * prompt_tokens;
+  nlohmann::ordered_json out = {
+      {"num_requests", num_requests},
+      {"failed", failed},
+      {"prompt_tokens", prompt_tokens},
+      {"output_tokens", output_tokens},
+      {"generated_tokens", generated},
+      {"elapsed_s", seconds},
+      {"requests_per_s", (num_requests - failed) / seconds},
+      {"input_tokens_per_s", input_tokens / seconds},
+      {"output_tokens_per_s", static_cast<double>(generated) / seconds},
+      {"total_tokens_per_s", (input_tokens + static_cast<double>(generated)) / seconds},
+      {"num_steps", stats.num_steps},
+      {"peak_kv_blocks_used", stats.peak_kv_blocks_used},
+      {"kv_blocks_total", stats.num_kv_blocks_total},
+      {"num_preemptions_swap", stats.num_preemptions_swap},
+      {"num_preemptions_recompute", stats.num_preemptions_recompute},
+      {"executor_busy_s", stats.executor_busy_s},
+      {"executor_idle_s", stats.executor_idle_s}};
+  if (flags.has("json")) {
+    std::cout << out.dump() << "\n";
+  } else {
+    for (const auto& [key, value] : out.items()) {
+      std::printf("%-28s %s\n", key.c_str(), value.dump().c_str());
+    }
+  }
+  if (failed > 0) {
+    std::cerr << "bench throughput: " << failed << " requests failed, e.g.: " << first_error
+              << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+int run_bench(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "--help") {
+    std::cout << "usage: pagedserve bench <throughput> [flags]\n";
+    return args.empty() ? 2 : 0;
+  }
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (args[0] == "throughput") return run_bench_throughput(rest);
+  throw UsageError("unknown bench '" + args[0] + "' (known: throughput)");
+}
+
+}  // namespace pagedserve::tools
