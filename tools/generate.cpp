@@ -1,13 +1,19 @@
-// `pagedserve generate`: offline generation for one or more prompts, run as one batch.
-// Text mode streams a single prompt's continuation as it is generated; --json prints one
-// object per prompt with the token ids, the text and why it finished (an `outputs` list when
-// n > 1: parallel sampling, best_of, beam search).
+// `pagedserve generate`: offline generation for one or more prompts, run as one batch on the
+// synchronous LlmEngine (as vLLM's offline LLM class drives its engine directly). Prompts come
+// from --prompt flags (sampling from the flags) or a --prompts-file of OpenAI completions
+// requests, one JSON object per line. Text mode streams a single prompt's continuation as it
+// is generated; --json prints one object per prompt with the token ids, the text and why it
+// finished (an `outputs` list when n > 1), and for a prompts file a last `"summary": true`
+// line with peak blocks, preemptions by mode and prefix-cache hits.
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <variant>
 
 #include "actors/llm_engine.h"
 #include "model/tokenizer/tokenizer.h"
+#include "net/protocol/completions.h"
 #include "tools/cli_flags.h"
 #include "tools/engine_flags.h"
 #include "tools/subcommands.h"
@@ -17,6 +23,9 @@ namespace {
 
 const char* const kGenerateHelp =
     "usage: pagedserve generate --model DIR --prompt TEXT [--prompt TEXT ...] [options]\n"
+    "       pagedserve generate --model DIR --prompts-file FILE.jsonl [--json]\n"
+    "  --prompts-file F    one OpenAI completions request per line (prompt, max_tokens,\n"
+    "                      temperature, top_p, top_k, n, seed, stop, ignore_eos, ...)\n"
     "  --max-tokens N      tokens to generate per prompt (default 128)\n"
     "  --min-tokens N      tokens generated before EOS, stop ids or stop strings count\n"
     "  --temperature T     0 = greedy (default 1.0)\n"
@@ -32,8 +41,41 @@ const char* const kGenerateHelp =
 
 struct PromptRun {
   std::vector<int32_t> prompt_ids;
+  model::SamplingParams sampling;
   actors::RequestOutput final_output;  // set when the request finished
 };
+
+// A prompt to run, or the reason a line of the prompts file was refused.
+struct PromptSpec {
+  std::vector<int32_t> prompt_ids;
+  model::SamplingParams sampling;
+  std::string error;  // set: print it instead of running
+};
+
+// Each line is an OpenAI completions request (parsed by the server's own rules); a line with a
+// list of prompts gives one PromptSpec per prompt.
+std::vector<PromptSpec> read_prompts_file(const std::string& path,
+                                          const actors::LlmEngine& engine) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("--prompts-file: cannot open " + path);
+  const net::ServedModel served = net::make_served_model(
+      "pagedserve", engine.config().model_dir, engine.tokenizer(), engine.config().max_model_len);
+  std::vector<PromptSpec> specs;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    net::Result<net::GenerationRequest> parsed = net::parse_completion_request(line, served);
+    if (!parsed) {
+      specs.push_back(
+          {{}, {}, path + ":" + std::to_string(number) + ": " + parsed.error().message});
+      continue;
+    }
+    for (actors::GenerateRequest& prompt : parsed.value().prompts) {
+      specs.push_back({std::move(prompt.prompt_token_ids), std::move(prompt.sampling), {}});
+    }
+  }
+  return specs;
+}
 
 model::SamplingParams sampling_from_flags(const CliFlags& flags) {
   model::SamplingParams params;
@@ -88,8 +130,8 @@ nlohmann::json request_json(const PromptRun& run, int n) {
 
 int run_generate(const std::vector<std::string>& args) {
   std::set<std::string> value_flags = kEngineValueFlags;
-  value_flags.insert({"prompt", "max-tokens", "min-tokens", "temperature", "top-p", "top-k",
-                      "min-p", "seed", "stop", "n", "best-of", "length-penalty"});
+  value_flags.insert({"prompt", "prompts-file", "max-tokens", "min-tokens", "temperature", "top-p",
+                      "top-k", "min-p", "seed", "stop", "n", "best-of", "length-penalty"});
   std::set<std::string> bool_flags = kEngineBoolFlags;
   bool_flags.insert({"json", "ignore-eos", "use-beam-search", "help"});
   const CliFlags flags(args, value_flags, bool_flags);
@@ -98,22 +140,35 @@ int run_generate(const std::vector<std::string>& args) {
     return 0;
   }
   const std::vector<std::string> prompts = flags.all("prompt");
-  if (prompts.empty()) throw UsageError("--prompt is required (repeat it for a batch)");
+  const bool from_file = flags.has("prompts-file");
+  if (prompts.empty() == !from_file) {
+    throw UsageError("give --prompt (repeat it for a batch) or --prompts-file, not both");
+  }
   const model::SamplingParams params = sampling_from_flags(flags);
   const bool json = flags.has("json");
-  // Text mode streams when there is one continuation to stream.
-  const bool stream = !json && prompts.size() == 1 && params.num_sequences() == 1;
 
   actors::LlmEngine engine(engine_config_from_flags(flags));
   const model::Tokenizer& tokenizer = engine.tokenizer();
+  std::vector<PromptSpec> specs;
+  if (from_file) {
+    specs = read_prompts_file(flags.require("prompts-file"), engine);
+  } else {
+    for (const std::string& prompt : prompts)
+      specs.push_back({tokenizer.encode(prompt), params, {}});
+  }
+  // Text mode streams when there is one continuation to stream.
+  const bool stream = !json && specs.size() == 1 && specs[0].sampling.num_sequences() == 1;
 
   std::map<uint64_t, PromptRun> runs;
-  std::vector<uint64_t> order;
-  for (const std::string& prompt : prompts) {
-    PromptRun run;
-    run.prompt_ids = tokenizer.encode(prompt, true);
-    const uint64_t id = engine.add_request(run.prompt_ids, params);
-    order.push_back(id);
+  std::vector<std::variant<uint64_t, std::string>> order;  // request id, or a refused line
+  for (PromptSpec& spec : specs) {
+    if (!spec.error.empty()) {
+      order.emplace_back(std::move(spec.error));
+      continue;
+    }
+    PromptRun run{spec.prompt_ids, spec.sampling, {}};
+    const uint64_t id = engine.add_request(std::move(spec.prompt_ids), spec.sampling);
+    order.emplace_back(id);
     runs.emplace(id, std::move(run));
   }
 
@@ -130,22 +185,41 @@ int run_generate(const std::vector<std::string>& args) {
 
   int exit_code = 0;
   for (size_t i = 0; i < order.size(); ++i) {
-    const PromptRun& run = runs.at(order[i]);
+    if (const auto* refused = std::get_if<std::string>(&order[i])) {
+      std::cerr << "error: " << *refused << "\n";
+      if (json) std::cout << nlohmann::json({{"error", *refused}}).dump() << "\n";
+      exit_code = 1;
+      continue;
+    }
+    const PromptRun& run = runs.at(std::get<uint64_t>(order[i]));
     if (!run.final_output.error.empty()) {
       std::cerr << "error: prompt " << i << ": " << run.final_output.error << "\n";
       exit_code = 1;
     }
     if (json) {
-      std::cout << request_json(run, params.n)
+      std::cout << request_json(run, run.sampling.n)
                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
                 << "\n";
     } else if (!stream) {
       for (const actors::CompletionOutput& c : run.final_output.outputs) {
         std::cout << "[" << i;
-        if (params.n > 1) std::cout << "." << c.index;
+        if (run.sampling.n > 1) std::cout << "." << c.index;
         std::cout << "] " << c.text << "\n";
       }
     }
+  }
+  if (from_file && json) {
+    const actors::SchedulerStats stats = engine.stats();
+    std::cout << nlohmann::json({{"summary", true},
+                                 {"num_requests", runs.size()},
+                                 {"num_refused", order.size() - runs.size()},
+                                 {"peak_kv_blocks_used", stats.peak_used_blocks},
+                                 {"kv_blocks_total", engine.config().num_kv_blocks},
+                                 {"num_preemptions_swap", stats.num_preemptions_swap},
+                                 {"num_preemptions_recompute", stats.num_preemptions_recompute},
+                                 {"prefix_cache_hit_tokens", stats.prefix_cache_hit_tokens},
+                                 {"num_steps", stats.num_steps}})
+              << "\n";
   }
   return exit_code;
 }

@@ -133,3 +133,44 @@ TEST(BenchThroughputCli, ReportsEveryRequestsTokensAndPreemptionsUnderPressure) 
   // 12 x 64 tokens need 48 blocks of 16: the pool of 32 forces preemption.
   EXPECT_GT(out["num_preemptions_recompute"].get<int>(), 0);
 }
+
+TEST(GenerateCli, PromptsFileRunsEachLineAndEndsWithASummary) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("pagedserve_prompts_" + std::to_string(::getpid()) + ".jsonl");
+  {
+    std::ofstream out(path);
+    out << R"({"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0})"
+        << "\n"
+        << R"({"prompt": ["Lily and Tom", "The cat"], "max_tokens": 8, "temperature": 0.8,)"
+        << R"( "seed": 3, "n": 2})"
+        << "\n"
+        << R"({"prompt": "x", "max_tokens": -1})"
+        << "\n"
+        << R"({"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0,)"
+        << R"( "stop": ["little"]})"
+        << "\n";
+  }
+  // 16 blocks of 4 tokens cannot hold everything at once: preemption must happen.
+  const CommandResult r =
+      run("generate " + model_flag() + " --prompts-file " + path.string() +
+          " --json --block-size 4 --num-kv-blocks 16 --max-model-len 64" + " 2>/dev/null");
+  std::filesystem::remove(path);
+  EXPECT_EQ(r.exit_code, 1) << "a refused line makes the exit code 1";
+  std::istringstream lines(r.output);
+  std::string line;
+  std::vector<nlohmann::json> objects;
+  while (std::getline(lines, line)) objects.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(objects.size(), 6u) << r.output;
+  EXPECT_EQ(objects[0]["text"].get<std::string>().rfind(", there was a little girl", 0), 0u);
+  EXPECT_EQ(objects[1]["outputs"].size(), 2u);
+  EXPECT_EQ(objects[2]["outputs"][1]["token_ids"].size(), 8u);
+  EXPECT_NE(objects[3]["error"].get<std::string>().find("max_tokens"), std::string::npos);
+  EXPECT_EQ(objects[4]["text"], ", there was a ");
+  EXPECT_EQ(objects[4]["finish_reason"], "stop");
+  const nlohmann::json& summary = objects[5];
+  EXPECT_EQ(summary["summary"], true);
+  EXPECT_EQ(summary["num_requests"], 4);
+  EXPECT_EQ(summary["num_refused"], 1);
+  EXPECT_LE(summary["peak_kv_blocks_used"].get<int>(), 16);
+  EXPECT_GT(summary["num_preemptions_recompute"].get<int>(), 0);
+}

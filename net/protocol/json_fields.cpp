@@ -1,0 +1,204 @@
+// UTF-8 validation, JSON body parsing and FieldReader (see json_fields.h).
+#include "net/protocol/json_fields.h"
+
+#include <climits>
+#include <cmath>
+
+namespace pagedserve::net {
+
+bool is_valid_utf8(std::string_view text) {
+  size_t i = 0;
+  const size_t n = text.size();
+  while (i < n) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int length = 0;
+    uint32_t code = 0;
+    if ((c & 0xE0) == 0xC0) {
+      length = 2;
+      code = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      length = 3;
+      code = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      length = 4;
+      code = c & 0x07;
+    } else {
+      return false;  // a continuation byte first, or 0xF8..0xFF
+    }
+    if (i + length > n) return false;
+    for (int k = 1; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xC0) != 0x80) return false;
+      code = (code << 6) | (next & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+    static constexpr uint32_t kMinCode[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (code < kMinCode[length] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) {
+      return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
+Result<nlohmann::json> parse_json_object(std::string_view body) {
+  if (!is_valid_utf8(body)) return invalid_request("the request body is not valid UTF-8");
+  nlohmann::json parsed = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return invalid_request("the request body is not valid JSON");
+  if (!parsed.is_object()) return invalid_request("the request body must be a JSON object");
+  return parsed;
+}
+
+std::optional<int64_t> json_to_integer(const nlohmann::json& value, int64_t min, int64_t max) {
+  int64_t result = 0;
+  if (value.is_number_integer() && !value.is_number_unsigned()) {
+    result = value.get<int64_t>();
+  } else if (value.is_number_unsigned()) {
+    const auto u = value.get<uint64_t>();
+    if (u > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+    result = static_cast<int64_t>(u);
+  } else if (value.is_number_float()) {
+    const double d = value.get<double>();
+    // 2^63 is the first double past INT64_MAX.
+    if (!std::isfinite(d) || d != std::floor(d) || d < -9.2233720368547758e18 ||
+        d >= 9.2233720368547758e18) {
+      return std::nullopt;
+    }
+    result = static_cast<int64_t>(d);
+  } else {
+    return std::nullopt;
+  }
+  if (result < min || result > max) return std::nullopt;
+  return result;
+}
+
+const nlohmann::json* FieldReader::find(std::string_view key) const {
+  auto it = object_.find(key);
+  if (it == object_.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+void FieldReader::fail(ApiError error) {
+  if (!error_) error_ = std::move(error);
+}
+
+void FieldReader::require(bool condition, std::string message, std::string param) {
+  if (!condition) fail(invalid_request(std::move(message), std::move(param)));
+}
+
+void FieldReader::wrong_type(std::string_view key, std::string_view expected) {
+  fail(invalid_request(std::string(key) + " must be " + std::string(expected), std::string(key)));
+}
+
+std::optional<bool> FieldReader::boolean(std::string_view key) {
+  const nlohmann::json* value = find(key);
+  if (!value) return std::nullopt;
+  if (!value->is_boolean()) {
+    wrong_type(key, "a boolean");
+    return std::nullopt;
+  }
+  return value->get<bool>();
+}
+
+namespace {
+
+// " >= 1", " in [0, 20]" or "" (any integer). Bounds at the int32 limits or beyond only say
+// "fits the type", so the message leaves them out.
+std::string range_text(int64_t min, int64_t max) {
+  const bool no_min = min <= INT32_MIN;
+  const bool no_max = max >= INT32_MAX;
+  if (no_min && no_max) return "";
+  if (no_max) return " >= " + std::to_string(min);
+  if (no_min) return " <= " + std::to_string(max);
+  return " in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+}
+
+}  // namespace
+
+std::optional<int64_t> FieldReader::integer(std::string_view key, int64_t min, int64_t max) {
+  const nlohmann::json* value = find(key);
+  if (!value) return std::nullopt;
+  std::optional<int64_t> result = json_to_integer(*value, INT64_MIN, INT64_MAX);
+  if (!result || *result < min || *result > max) {
+    std::string message = std::string(key) + " must be an integer" + range_text(min, max);
+    if (value->is_number()) message += ", got " + value->dump();
+    fail(invalid_request(std::move(message), std::string(key)));
+    return std::nullopt;
+  }
+  return result;
+}
+
+std::optional<double> FieldReader::number(std::string_view key) {
+  const nlohmann::json* value = find(key);
+  if (!value) return std::nullopt;
+  if (!value->is_number()) {
+    wrong_type(key, "a number");
+    return std::nullopt;
+  }
+  return value->get<double>();
+}
+
+std::optional<std::string> FieldReader::string(std::string_view key) {
+  const nlohmann::json* value = find(key);
+  if (!value) return std::nullopt;
+  if (!value->is_string()) {
+    wrong_type(key, "a string");
+    return std::nullopt;
+  }
+  return value->get<std::string>();
+}
+
+std::optional<std::vector<std::string>> FieldReader::string_or_list(std::string_view key) {
+  const nlohmann::json* value = find(key);
+  if (!value) return std::nullopt;
+  if (value->is_string()) return std::vector<std::string>{value->get<std::string>()};
+  std::vector<std::string> out;
+  if (value->is_array()) {
+    for (const nlohmann::json& item : *value) {
+      if (!item.is_string()) break;
+      out.push_back(item.get<std::string>());
+    }
+    if (out.size() == value->size()) return out;
+  }
+  wrong_type(key, "a string or a list of strings");
+  return std::nullopt;
+}
+
+std::optional<std::vector<int64_t>> FieldReader::integer_list(std::string_view key, int64_t min,
+                                                              int64_t max) {
+  const nlohmann::json* value = find(key);
+  if (!value) return std::nullopt;
+  if (!value->is_array()) {
+    wrong_type(key, "a list of integers");
+    return std::nullopt;
+  }
+  std::vector<int64_t> out;
+  out.reserve(value->size());
+  for (const nlohmann::json& item : *value) {
+    std::optional<int64_t> id = json_to_integer(item, min, max);
+    if (!id) {
+      std::string message = std::string(key) + " must be a list of integers" + range_text(min, max);
+      if (item.is_number()) message += ", got " + item.dump();
+      fail(invalid_request(std::move(message), std::string(key)));
+      return std::nullopt;
+    }
+    out.push_back(*id);
+  }
+  return out;
+}
+
+const nlohmann::json* FieldReader::object(std::string_view key) {
+  const nlohmann::json* value = find(key);
+  if (!value) return nullptr;
+  if (!value->is_object()) {
+    wrong_type(key, "an object");
+    return nullptr;
+  }
+  return value;
+}
+
+}  // namespace pagedserve::net

@@ -1,0 +1,223 @@
+// OpenAI response bodies and SSE chunks from TokenEvents (see response_assembler.h).
+#include "net/protocol/response_assembler.h"
+
+#include <cassert>
+#include <chrono>
+#include <random>
+
+namespace pagedserve::net {
+
+using nlohmann::ordered_json;
+
+std::string sse_event(const ordered_json& data) { return "data: " + dump_json(data) + "\n\n"; }
+
+std::string make_response_id(Endpoint endpoint) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
+  for (int half = 0; half < 2; ++half) {
+    uint64_t bits = rng();
+    for (int i = 0; i < 16; ++i, bits >>= 4) id += kHex[bits & 0xF];
+  }
+  return id;
+}
+
+int64_t unix_time_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+ordered_json usage_json(const Usage& usage) {
+  ordered_json out;
+  out["prompt_tokens"] = usage.prompt_tokens;
+  out["completion_tokens"] = usage.completion_tokens;
+  out["total_tokens"] = usage.total_tokens();
+  out["prompt_tokens_details"] = {{"cached_tokens", usage.cached_tokens}};
+  return out;
+}
+
+std::optional<ApiError> error_for_finish(const actors::TokenEvent& event) {
+  if (!event.finished && !event.sequence_finished) return std::nullopt;
+  if (event.finish_reason == "error") {
+    return server_error(event.error.empty() ? "the request failed" : event.error);
+  }
+  if (event.finish_reason == "abort") {
+    return server_error("the request was aborted", 503, "request_aborted");
+  }
+  return std::nullopt;
+}
+
+ResponseAssembler::ResponseAssembler(const GenerationRequest& request, std::string id,
+                                     int64_t created)
+    : endpoint_(request.endpoint),
+      id_(std::move(id)),
+      created_(created),
+      model_(request.model),
+      n_(request.n),
+      stream_(request.stream),
+      include_usage_(request.stream && request.include_usage),
+      prompts_(request.prompts.size()),
+      choices_(request.num_choices()) {
+  if (request.echo && endpoint_ == Endpoint::kCompletions) echo_texts_ = request.prompt_texts;
+  for (size_t i = 0; i < prompts_.size(); ++i) {
+    prompts_[i].num_prompt_tokens = static_cast<int>(request.prompts[i].prompt_token_ids.size());
+  }
+}
+
+ordered_json ResponseAssembler::chunk_base() const {
+  ordered_json chunk;
+  chunk["id"] = id_;
+  chunk["object"] = endpoint_ == Endpoint::kChat ? "chat.completion.chunk" : "text_completion";
+  chunk["created"] = created_;
+  chunk["model"] = model_;
+  return chunk;
+}
+
+// One chunk for one choice: content `text` (chat: delta {"content"}; empty text and a finish
+// reason: delta {}), finish_reason null unless given.
+ordered_json ResponseAssembler::choice_chunk(size_t choice, const std::string& text,
+                                             const std::string& finish_reason) const {
+  ordered_json entry;
+  entry["index"] = choice;
+  if (endpoint_ == Endpoint::kChat) {
+    entry["delta"] = ordered_json::object();
+    if (!text.empty() || finish_reason.empty()) entry["delta"]["content"] = text;
+  } else {
+    entry["text"] = text;
+  }
+  entry["logprobs"] = nullptr;
+  entry["finish_reason"] = finish_reason.empty() ? ordered_json() : ordered_json(finish_reason);
+  ordered_json chunk = chunk_base();
+  chunk["choices"] = ordered_json::array({std::move(entry)});
+  if (include_usage_) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+// The chunks for new text of one choice, opening it first (chat role, echo) if needed.
+std::string ResponseAssembler::stream_text(size_t choice, const std::string& text) {
+  std::string out;
+  std::string content = text;
+  if (!choices_[choice].started) {
+    choices_[choice].started = true;
+    if (endpoint_ == Endpoint::kChat) {
+      ordered_json chunk = choice_chunk(choice, "", "");
+      chunk["choices"][0]["delta"] = {{"role", "assistant"}, {"content", ""}};
+      out += sse_event(chunk);
+    } else if (!echo_texts_.empty()) {
+      content = echo_texts_[choice / n_] + content;
+    }
+  }
+  if (!content.empty()) out += sse_event(choice_chunk(choice, content, ""));
+  return out;
+}
+
+// Ends one choice (streaming: opens it if it never produced text, then its final chunk).
+std::string ResponseAssembler::finish_choice(size_t choice, const std::string& reason) {
+  if (choices_[choice].finished) return {};
+  choices_[choice].finished = true;
+  choices_[choice].finish_reason = reason;
+  if (!stream_) return {};
+  return stream_text(choice, "") + sse_event(choice_chunk(choice, "", reason));
+}
+
+// Ends a prompt: its choices still open take `reason`; after the last prompt, the usage chunk
+// and [DONE].
+std::string ResponseAssembler::finish_prompt(size_t prompt_index, const std::string& reason) {
+  std::string out;
+  prompts_[prompt_index].finished = true;
+  ++num_prompts_finished_;
+  for (size_t c = prompt_index * n_; c < (prompt_index + 1) * n_; ++c) {
+    out += finish_choice(c, reason);
+  }
+  if (num_prompts_finished_ == prompts_.size()) {
+    done_ = true;
+    if (stream_) {
+      if (include_usage_) {
+        ordered_json chunk = chunk_base();
+        chunk["choices"] = ordered_json::array();
+        chunk["usage"] = usage_json(usage());
+        out += sse_event(chunk);
+      }
+      out += kSseDone;
+    }
+  }
+  return out;
+}
+
+std::string ResponseAssembler::end_with_error(ApiError error) {
+  done_ = true;
+  failed_ = true;
+  std::string out;
+  if (stream_) {
+    ordered_json body;
+    body["error"] = error_json(error);
+    out = sse_event(body) + std::string(kSseDone);
+  }
+  error_ = std::move(error);
+  return out;
+}
+
+std::string ResponseAssembler::on_event(size_t prompt_index, const actors::TokenEvent& event) {
+  assert(prompt_index < prompts_.size());
+  if (done_ || prompt_index >= prompts_.size()) return {};
+  Prompt& prompt = prompts_[prompt_index];
+  if (prompt.finished) return {};
+  if (event.num_prompt_tokens > 0) prompt.num_prompt_tokens = event.num_prompt_tokens;
+  prompt.num_cached_tokens = std::max(prompt.num_cached_tokens, event.num_cached_tokens);
+  if (std::optional<ApiError> error = error_for_finish(event)) {
+    return end_with_error(std::move(*error));
+  }
+  std::string out;
+  if (event.index >= 0 && event.index < n_) {
+    const size_t c = prompt_index * n_ + event.index;
+    choices_[c].num_tokens += static_cast<int>(event.token_ids.size());
+    if (stream_) {
+      if (!event.text.empty()) out += stream_text(c, event.text);
+    } else {
+      choices_[c].text += event.text;
+    }
+    if (event.sequence_finished) out += finish_choice(c, event.finish_reason);
+  }
+  if (event.finished) out += finish_prompt(prompt_index, event.finish_reason);
+  return out;
+}
+
+std::string ResponseAssembler::fail(const ApiError& error) {
+  if (done_) return {};
+  return end_with_error(error);
+}
+
+Usage ResponseAssembler::usage() const {
+  Usage usage;
+  for (const Prompt& prompt : prompts_) {
+    usage.prompt_tokens += prompt.num_prompt_tokens;
+    usage.cached_tokens += prompt.num_cached_tokens;
+  }
+  for (const Choice& choice : choices_) usage.completion_tokens += choice.num_tokens;
+  return usage;
+}
+
+HttpResponse ResponseAssembler::response() const {
+  if (error_) return error_response(*error_);
+  ordered_json body = chunk_base();
+  body["object"] = endpoint_ == Endpoint::kChat ? "chat.completion" : "text_completion";
+  body["choices"] = ordered_json::array();
+  for (size_t c = 0; c < choices_.size(); ++c) {
+    const Choice& choice = choices_[c];
+    ordered_json entry;
+    entry["index"] = c;
+    if (endpoint_ == Endpoint::kChat) {
+      entry["message"] = {{"role", "assistant"}, {"content", choice.text}};
+    } else {
+      entry["text"] = echo_texts_.empty() ? choice.text : echo_texts_[c / n_] + choice.text;
+    }
+    entry["logprobs"] = nullptr;
+    entry["finish_reason"] = choice.finished ? ordered_json(choice.finish_reason) : ordered_json();
+    body["choices"].push_back(std::move(entry));
+  }
+  body["usage"] = usage_json(usage());
+  return json_response(body);
+}
+
+}  // namespace pagedserve::net

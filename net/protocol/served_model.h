@@ -1,0 +1,35 @@
+// ServedModel: what the protocol layer knows about the one model the server serves (its
+// name, limits, tokenizer and chat template). Built once at start-up by the server, then
+// read-only and shared by every request handler on every thread.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "model/chat_template/chat_template.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace pagedserve::net {
+
+struct ServedModel {
+  std::string name;                                  // the `model` clients send and get back
+  int max_model_len = 0;                             // prompt + completion tokens, at most
+  int vocab_size = 0;                                // token ids must be in [0, vocab_size)
+  const model::Tokenizer* tokenizer = nullptr;       // not owned; outlives the server
+  std::optional<model::ChatTemplate> chat_template;  // nullopt: model::kDefaultChatTemplate
+  std::string bos_token;                             // passed to the chat template
+  std::string eos_token;                             // passed to the chat template
+  int64_t created = 0;                               // unix seconds, shown by /v1/models
+};
+
+// Fills a ServedModel from a model directory: the chat template (load_chat_template), BOS/EOS
+// strings and vocab size from `tokenizer`. Throws model::ChatTemplateError for a template
+// that does not parse (the server should refuse to start rather than fail every chat).
+ServedModel make_served_model(std::string name, const std::filesystem::path& model_dir,
+                              const model::Tokenizer& tokenizer, int max_model_len);
+
+// The template chat requests use: the model's, else the parsed kDefaultChatTemplate.
+const model::ChatTemplate& chat_template_of(const ServedModel& served);
+
+}  // namespace pagedserve::net

@@ -1,0 +1,170 @@
+// WebSocket client-frame parsing and server-frame formatting (see websocket.h).
+#include "net/protocol/websocket.h"
+
+#include "net/protocol/chat.h"
+#include "net/protocol/completions.h"
+#include "net/protocol/json_fields.h"
+
+namespace pagedserve::net {
+
+using nlohmann::ordered_json;
+
+namespace {
+
+ordered_json id_json(std::string_view id) {
+  return id.empty() ? ordered_json() : ordered_json(std::string(id));
+}
+
+}  // namespace
+
+WsClientFrame parse_ws_client_frame(std::string_view text, const ServedModel& served) {
+  Result<nlohmann::json> parsed = parse_json_object(text);
+  if (!parsed) return WsInvalid{{}, parsed.error()};
+  const nlohmann::json& frame = parsed.value();
+  FieldReader fields(frame);
+  std::optional<std::string> id = fields.string("id");
+  std::optional<std::string> type = fields.string("type");
+  if (fields.failed()) return WsInvalid{id.value_or(""), fields.error()};
+  if (!id || id->empty()) return WsInvalid{{}, invalid_request("id is required", "id")};
+  if (id->size() > kMaxWsClientIdBytes) {
+    return WsInvalid{
+        {},
+        invalid_request("id must be at most " + std::to_string(kMaxWsClientIdBytes) + " bytes",
+                        "id")};
+  }
+  if (!type) return WsInvalid{*id, invalid_request("type is required", "type")};
+  if (*type == "cancel") return WsCancel{*id};
+  if (*type != "completion" && *type != "chat") {
+    return WsInvalid{*id, invalid_request("type must be \"completion\", \"chat\" or \"cancel\", "
+                                          "got \"" +
+                                              *type + "\"",
+                                          "type")};
+  }
+  // A WebSocket request always streams: drop the HTTP-only fields before parsing.
+  nlohmann::json body = frame;
+  body.erase("type");
+  body.erase("id");
+  body.erase("stream");
+  body.erase("stream_options");
+  Result<GenerationRequest> request =
+      *type == "chat" ? parse_chat_json(body, served) : parse_completion_json(body, served);
+  if (!request) return WsInvalid{*id, request.error()};
+  request.value().stream = true;
+  return WsStart{*id, std::move(request.value())};
+}
+
+std::string ws_token_frame(std::string_view id, int index, std::span<const int32_t> token_ids,
+                           std::string_view text) {
+  ordered_json frame;
+  frame["type"] = "token";
+  frame["id"] = id_json(id);
+  frame["index"] = index;
+  frame["token_ids"] = std::vector<int32_t>(token_ids.begin(), token_ids.end());
+  frame["text"] = std::string(text);
+  return dump_json(frame);
+}
+
+std::string ws_done_frame(std::string_view id, int index, std::string_view finish_reason,
+                          const Usage& usage) {
+  ordered_json frame;
+  frame["type"] = "done";
+  frame["id"] = id_json(id);
+  frame["index"] = index;
+  frame["finish_reason"] = std::string(finish_reason);
+  frame["usage"] = usage_json(usage);
+  return dump_json(frame);
+}
+
+std::string ws_error_frame(std::string_view id, const ApiError& error) {
+  ordered_json frame;
+  frame["type"] = "error";
+  frame["id"] = id_json(id);
+  frame["error"] = error_json(error);
+  return dump_json(frame);
+}
+
+ApiError ws_duplicate_id_error(std::string_view id) {
+  return invalid_request("a request with id \"" + std::string(id) + "\" is already running", "id",
+                         "duplicate_id");
+}
+
+ApiError ws_slow_reader_error() {
+  return server_error("the client is not reading fast enough; the request was cancelled", 503,
+                      "slow_reader");
+}
+
+ApiError ws_shutdown_error() {
+  return server_error("the server is shutting down", 503, "server_shutdown");
+}
+
+WsResponseStream::WsResponseStream(std::string id, const GenerationRequest& request)
+    : id_(std::move(id)),
+      n_(request.n),
+      prompts_(request.prompts.size()),
+      choice_tokens_(request.num_choices(), 0),
+      choice_finished_(request.num_choices(), false) {
+  for (size_t i = 0; i < prompts_.size(); ++i) {
+    prompts_[i].num_prompt_tokens = static_cast<int>(request.prompts[i].prompt_token_ids.size());
+  }
+}
+
+std::vector<std::string> WsResponseStream::on_event(size_t prompt_index,
+                                                    const actors::TokenEvent& event) {
+  std::vector<std::string> frames;
+  if (done_ || prompt_index >= prompts_.size() || prompts_[prompt_index].finished) return frames;
+  PromptState& prompt = prompts_[prompt_index];
+  if (event.num_prompt_tokens > 0) prompt.num_prompt_tokens = event.num_prompt_tokens;
+  prompt.num_cached_tokens = std::max(prompt.num_cached_tokens, event.num_cached_tokens);
+  if (std::optional<ApiError> error = error_for_finish(event)) {
+    frames.push_back(fail(*error));
+    return frames;
+  }
+  if (event.index >= 0 && event.index < n_) {
+    const size_t choice = prompt_index * n_ + event.index;
+    if (!event.token_ids.empty() || !event.text.empty()) {
+      choice_tokens_[choice] += static_cast<int>(event.token_ids.size());
+      frames.push_back(ws_token_frame(id_, static_cast<int>(choice), event.token_ids, event.text));
+    }
+    if (event.sequence_finished) finish_choice(prompt_index, choice, event.finish_reason, frames);
+  }
+  if (!event.finished) return frames;
+  prompt.finished = true;
+  for (size_t choice = prompt_index * n_; choice < (prompt_index + 1) * n_; ++choice) {
+    finish_choice(prompt_index, choice, event.finish_reason, frames);
+  }
+  if (++num_prompts_finished_ == prompts_.size()) done_ = true;
+  return frames;
+}
+
+void WsResponseStream::finish_choice(size_t prompt_index, size_t choice,
+                                     const std::string& finish_reason,
+                                     std::vector<std::string>& frames) {
+  if (choice_finished_[choice]) return;
+  choice_finished_[choice] = true;
+  Usage usage;
+  usage.prompt_tokens = prompts_[prompt_index].num_prompt_tokens;
+  usage.cached_tokens = prompts_[prompt_index].num_cached_tokens;
+  usage.completion_tokens = choice_tokens_[choice];
+  frames.push_back(ws_done_frame(id_, static_cast<int>(choice), finish_reason, usage));
+}
+
+std::vector<std::string> WsResponseStream::cancel() {
+  std::vector<std::string> frames;
+  if (done_) return frames;
+  done_ = true;
+  for (size_t p = 0; p < prompts_.size(); ++p) {
+    for (size_t choice = p * n_; choice < (p + 1) * n_; ++choice) {
+      finish_choice(p, choice, "abort", frames);
+    }
+  }
+  return frames;
+}
+
+std::string WsResponseStream::fail(const ApiError& error) {
+  if (done_) return {};
+  done_ = true;
+  failed_ = true;
+  return ws_error_frame(id_, error);
+}
+
+}  // namespace pagedserve::net
