@@ -20,8 +20,10 @@ struct CommandResult {
   std::string output;  // stdout and stderr together
 };
 
-CommandResult run(const std::string& args) {
-  const std::string command = std::string(PAGEDSERVE_BINARY) + " " + args + " 2>&1";
+// stdout and (unless keep_stderr_apart) stderr of `pagedserve args`.
+CommandResult run(const std::string& args, bool keep_stderr_apart = false) {
+  const std::string command =
+      std::string(PAGEDSERVE_BINARY) + " " + args + (keep_stderr_apart ? " 2>/dev/null" : " 2>&1");
   CommandResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return result;
@@ -171,6 +173,6 @@ TEST(GenerateCli, PromptsFileRunsEachLineAndEndsWithASummary) {
   EXPECT_EQ(summary["summary"], true);
   EXPECT_EQ(summary["num_requests"], 4);
   EXPECT_EQ(summary["num_refused"], 1);
-  EXPECT_LE(summary["peak_kv_blocks_used"].get<int>(), 16);
+  EXPECT_LE(summary["peak_kv_blocks_used"].get<int>(), 9);
   EXPECT_GT(summary["num_preemptions_recompute"].get<int>(), 0);
 }
