@@ -2,6 +2,7 @@
 // top logprobs beam search asks for).
 #include "actors/cpu_executor.h"
 
+#include <limits>
 #include <span>
 #include <utility>
 
@@ -48,6 +49,16 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
     const ScheduledSequence& seq = input.seqs[i];
     if (!seq.sample) continue;
     std::span<const float> row_logits(logits.data() + row * vocab, vocab);
+    std::vector<float> masked;
+    if (!seq.banned_token_ids.empty()) {
+      masked.assign(row_logits.begin(), row_logits.end());
+      for (int32_t id : seq.banned_token_ids) {
+        if (id >= 0 && static_cast<size_t>(id) < vocab) {
+          masked[id] = -std::numeric_limits<float>::infinity();
+        }
+      }
+      row_logits = masked;
+    }
     SequenceStepOutput& out = output.seqs[i];
     for (uint64_t seed : seq.sample_seeds) {
       const int32_t token = model::sample_token(row_logits, seq.sampling, seed, seq.sample_step);

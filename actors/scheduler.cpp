@@ -367,6 +367,15 @@ ScheduledSequence Scheduler::run_seq(SequenceGroup& group, Sequence& seq, const 
 
   scheduled.sampling = group.sampling;
   scheduled.sample_step = seq.output_token_ids.size();
+  // Until min_tokens exist, the tokens that would end the sequence cannot be drawn (vLLM's
+  // min-tokens logits processor), rather than being drawn and then ignored.
+  if (static_cast<int>(seq.output_token_ids.size()) < group.sampling.min_tokens) {
+    scheduled.banned_token_ids = group.sampling.stop_token_ids;
+    if (!group.sampling.ignore_eos) {
+      scheduled.banned_token_ids.insert(scheduled.banned_token_ids.end(),
+                                        config_.eos_token_ids.begin(), config_.eos_token_ids.end());
+    }
+  }
   if (group.is_beam_search()) {
     // vLLM v0 takes the best 2 * beam_width candidates, so enough survive finished ones.
     scheduled.num_top_logprobs = 2 * group.sampling.num_sequences();

@@ -25,7 +25,8 @@ struct ScheduledSequence {
   // for a decode, best_of for the prompt of a sampling group (one per child), none for beam
   // search (which only reads top_logprobs).
   std::vector<uint64_t> sample_seeds;
-  uint64_t sample_step = 0;  // tokens this sequence sampled so far: the RNG counter
+  uint64_t sample_step = 0;               // tokens this sequence sampled so far: the RNG counter
+  std::vector<int32_t> banned_token_ids;  // never drawn this step (EOS, stop ids < min_tokens)
   int num_top_logprobs = 0;  // (token, logprob) candidates wanted: 2 * beam width, or 0
 };
 
