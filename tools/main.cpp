@@ -15,6 +15,7 @@ const char* const kUsage =
     "usage: pagedserve <command> [flags]\n"
     "commands:\n"
     "  generate   generate text for one or more prompts (offline, no server)\n"
+    "  serve      the OpenAI-compatible HTTP/SSE/WebSocket server\n"
     "  bench      benchmarks: `bench throughput` (offline engine speed)\n"
     "run `pagedserve <command> --help` for its flags\n";
 
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 2, argv + argc);
   try {
     if (command == "generate") return pagedserve::tools::run_generate(args);
+    if (command == "serve") return pagedserve::tools::run_serve(args);
     if (command == "bench") return pagedserve::tools::run_bench(args);
     std::cerr << "pagedserve: error: unknown command '" << command << "'\n" << kUsage;
     return 2;

@@ -8,6 +8,9 @@
 namespace pagedserve::tools {
 
 int run_generate(const std::vector<std::string>& args);
+int run_serve(const std::vector<std::string>& args);  // tools/serve.cpp
 int run_bench(const std::vector<std::string>& args);
+// `bench serve` and `bench sweep` (tools/bench_serve.cpp); name is "serve" or "sweep".
+int run_bench_online(const std::string& name, const std::vector<std::string>& args);
 
 }  // namespace pagedserve::tools

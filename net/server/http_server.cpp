@@ -1,0 +1,247 @@
+// HttpServer (see http_server.h): the io_context and its threads, the listener (accept loop on
+// its own strand; each accepted socket gets a new strand and an HTTP session coroutine), the
+// periodic engine log line, signal handling and the staged shutdown. start(), stop() and
+// run_until_signal() run on the controlling thread; everything else on the io threads.
+#include "net/server/http_server.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <exception>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "net/server/http_session.h"
+#include "net/server/server_state.h"
+
+namespace pagedserve::net {
+namespace {
+
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+
+// Logs an exception that escaped a coroutine (a bug: sessions report I/O errors as values).
+auto log_failure(std::shared_ptr<ServerState> state, const char* what) {
+  return [state = std::move(state), what](std::exception_ptr failure) {
+    if (!failure) return;
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      state->log(std::string("error: ") + what + ": " + e.what());
+    } catch (...) {
+      state->log(std::string("error: ") + what + ": unknown exception");
+    }
+  };
+}
+
+asio::awaitable<void> accept_loop(std::shared_ptr<ServerState> state, tcp::acceptor& acceptor) {
+  auto executor = co_await asio::this_coro::executor;
+  asio::steady_timer backoff(executor);
+  while (acceptor.is_open()) {
+    auto [ec, socket] =
+        co_await acceptor.async_accept(asio::make_strand(acceptor.get_executor()), kTuple);
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) break;
+    if (ec) {  // e.g. out of file descriptors: back off instead of spinning
+      state->log("accept failed: " + ec.message());
+      backoff.expires_after(std::chrono::milliseconds(50));
+      co_await backoff.async_wait(kTuple);
+      continue;
+    }
+    auto strand = socket.get_executor();
+    asio::co_spawn(strand, run_http_session(state, std::move(socket)),
+                   log_failure(state, "http session"));
+  }
+}
+
+std::string engine_line(const actors::EngineStats& stats, double tokens_per_s) {
+  const EngineGauges gauges = gauges_from_stats(stats);
+  const double hit_rate = gauges.prefix_cache_queries_total == 0
+                              ? 0.0
+                              : 100.0 * static_cast<double>(gauges.prefix_cache_hits_total) /
+                                    static_cast<double>(gauges.prefix_cache_queries_total);
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "engine: running %d, waiting %d, swapped %d, kv usage %.1f%% (%d/%d blocks), "
+                "prefix hit rate %.1f%%, %.1f tokens/s",
+                gauges.num_requests_running, gauges.num_requests_waiting,
+                gauges.num_requests_swapped, 100.0 * gauges.kv_cache_usage_ratio,
+                stats.num_kv_blocks_used, stats.num_kv_blocks_total, hit_rate, tokens_per_s);
+  return line;
+}
+
+// Every stats_log_interval: the engine line, while there is work or tokens came out.
+asio::awaitable<void> log_engine_stats(std::shared_ptr<ServerState> state) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  int64_t last_tokens = state->engine().stats().num_generated_tokens;
+  Clock::time_point last_time = Clock::now();
+  while (!state->stopping()) {
+    timer.expires_after(state->config().stats_log_interval);
+    auto [ec] = co_await timer.async_wait(kTuple);
+    if (ec) break;
+    const actors::EngineStats stats = state->engine().stats();
+    const Clock::time_point now = Clock::now();
+    const double seconds = std::chrono::duration<double>(now - last_time).count();
+    const int64_t tokens = stats.num_generated_tokens - last_tokens;
+    if (tokens > 0 || stats.num_unfinished_requests > 0) {
+      state->log(engine_line(stats, seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0));
+    }
+    last_tokens = stats.num_generated_tokens;
+    last_time = now;
+  }
+}
+
+tcp::endpoint resolve_endpoint(asio::io_context& ioc, const std::string& host, uint16_t port) {
+  boost::system::error_code ec;
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (!ec) return tcp::endpoint(address, port);
+  tcp::resolver resolver(ioc);
+  auto results = resolver.resolve(host, std::to_string(port), ec);
+  if (ec || results.empty()) {
+    throw std::runtime_error("cannot resolve --host '" + host + "': " + ec.message());
+  }
+  return results.begin()->endpoint();
+}
+
+// Polls `done` until it holds or the deadline passes (the controlling thread only).
+template <class Done>
+bool wait_until(Done done, Clock::time_point deadline) {
+  while (!done()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+}  // namespace
+
+actors::EngineOptions engine_options_for(const HttpServerConfig& config,
+                                         const actors::EngineConfig& engine_config) {
+  actors::EngineOptions options;
+  // Above the admission limit, with room for aborted requests whose final events are on the
+  // way (the server counts them out slightly before the engine does).
+  options.max_unfinished_requests =
+      engine_config.max_num_seqs + std::max(config.max_queued_requests, 0) + 64;
+  return options;
+}
+
+struct HttpServer::Impl {
+  Impl(actors::Engine& engine, HttpServerConfig config)
+      : state(std::make_shared<ServerState>(engine, std::move(config))) {}
+
+  void stop();
+
+  std::shared_ptr<ServerState> state;
+  // Declared after `state`: destroyed first, with every coroutine frame it still holds.
+  std::optional<asio::io_context> ioc;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::optional<tcp::acceptor> acceptor;
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::condition_variable stop_requested_cv;
+  bool stop_requested = false;
+  bool stopped = false;
+};
+
+HttpServer::HttpServer(actors::Engine& engine, HttpServerConfig config)
+    : impl_(std::make_unique<Impl>(engine, std::move(config))) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+uint16_t HttpServer::start() {
+  Impl& s = *impl_;
+  const HttpServerConfig& config = s.state->config();
+  const int num_threads = std::max(config.num_io_threads, 1);
+  s.ioc.emplace(num_threads);
+  s.work.emplace(s.ioc->get_executor());
+  const tcp::endpoint endpoint = resolve_endpoint(*s.ioc, config.host, config.port);
+  s.acceptor.emplace(asio::make_strand(*s.ioc));
+  boost::system::error_code ec;
+  s.acceptor->open(endpoint.protocol(), ec);
+  if (!ec) s.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) s.acceptor->bind(endpoint, ec);
+  if (!ec) s.acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    throw std::runtime_error("cannot listen on " + config.host + ":" + std::to_string(config.port) +
+                             ": " + ec.message());
+  }
+  asio::co_spawn(s.acceptor->get_executor(), accept_loop(s.state, *s.acceptor),
+                 log_failure(s.state, "listener"));
+  if (config.stats_log_interval.count() > 0) {
+    asio::co_spawn(asio::make_strand(*s.ioc), log_engine_stats(s.state),
+                   log_failure(s.state, "stats logger"));
+  }
+  for (int i = 0; i < num_threads; ++i) s.threads.emplace_back([&ioc = *s.ioc] { ioc.run(); });
+  return s.acceptor->local_endpoint().port();
+}
+
+void HttpServer::run_until_signal() {
+  Impl& s = *impl_;
+  if (!s.ioc) return;
+  std::optional<asio::signal_set> signals(std::in_place, *s.ioc, SIGINT, SIGTERM);
+  signals->async_wait([&s](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    std::lock_guard lock(s.mu);
+    s.stop_requested = true;
+    s.stop_requested_cv.notify_all();
+  });
+  {
+    std::unique_lock lock(s.mu);
+    s.stop_requested_cv.wait(lock, [&s] { return s.stop_requested; });
+  }
+  s.state->log("stopping: draining requests in flight");
+  signals.reset();  // an I/O object: it must go before stop() destroys the io_context
+  stop();
+}
+
+void HttpServer::stop() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stop_requested = true;
+    impl_->stop_requested_cv.notify_all();
+  }
+  impl_->stop();
+}
+
+void HttpServer::Impl::stop() {
+  if (stopped || !ioc) return;
+  stopped = true;
+  // 1. No new connections; idle ones close, busy ones close after their response.
+  if (acceptor) {
+    asio::post(acceptor->get_executor(), [this] {
+      boost::system::error_code ignored;
+      acceptor->close(ignored);
+    });
+  }
+  state->stop_connections(false);
+  const auto drained = [this] { return state->num_connections() == 0; };
+  if (!wait_until(drained, Clock::now() + state->config().drain_timeout)) {
+    // 2. Past the deadline: abort what is left and close the sockets.
+    state->stop_connections(true);
+    wait_until(drained, Clock::now() + std::chrono::seconds(2));
+  }
+  // 3. Let the engine deliver the final events of aborted requests.
+  wait_until([this] { return state->num_in_flight() == 0; },
+             Clock::now() + std::chrono::seconds(5));
+  state->clear_connections();
+  state->gate()->close();
+  work.reset();
+  ioc->stop();
+  for (std::thread& thread : threads) thread.join();
+  threads.clear();
+  acceptor.reset();
+  ioc.reset();  // destroys the coroutine frames still suspended, on this thread
+}
+
+}  // namespace pagedserve::net

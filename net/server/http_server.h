@@ -1,0 +1,76 @@
+// HttpServer: the network actor. Serves the OpenAI-compatible HTTP API (completions and chat,
+// JSON or server-sent events), the small endpoints, Prometheus /metrics and the WebSocket
+// stream (GET /v1/stream) for one in-process actors::Engine. No Boost in this header (pimpl):
+// Beast and Asio live only in net/server/*.cpp.
+//
+// Threads: start() runs `num_io_threads` threads on one io_context; every connection runs on
+// its own strand, and the engine's token callbacks (on the tokenizer thread) only post to that
+// strand. start(), run_until_signal() and stop() are called from one controlling thread
+// (never from an io thread).
+//
+// Shutdown (stop(), or SIGINT/SIGTERM in run_until_signal()): stop accepting; close idle
+// connections; let responses in flight finish for up to `drain_timeout`; then abort what is
+// left (engine abort, sockets closed), wait for the engine's final events, join the threads.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "actors/engine.h"
+
+namespace pagedserve::net {
+
+struct HttpServerConfig {
+  std::string host = "127.0.0.1";  // loopback unless told otherwise
+  uint16_t port = 8000;            // 0: an ephemeral port (start() returns it)
+  std::string served_model_name;   // `model` clients send; empty: the model folder's name
+  std::string api_key;             // empty: no authentication
+  // Requests in flight beyond what the engine runs at once (max_num_seqs) count as waiting;
+  // a request that would make more than this many wait gets 429 (Retry-After: 1) at once.
+  int max_queued_requests = 256;
+  size_t max_body_bytes = size_t{4} << 20;         // larger bodies get 413
+  std::chrono::seconds idle_timeout{60};           // keep-alive, headers, body, WS silence
+  std::chrono::seconds write_timeout{30};          // one response write (SSE chunk included)
+  std::chrono::milliseconds drain_timeout{10000};  // shutdown: wait for streams in flight
+  size_t ws_max_queued_frames = 4096;              // per WebSocket: token frames waiting to be sent
+  int num_io_threads = 1;
+  std::chrono::milliseconds stats_log_interval{10000};  // periodic engine line; 0: off
+  // One line per request and the periodic engine line; default: stderr.
+  std::function<void(std::string_view)> log;
+};
+
+// The EngineOptions the server needs: submit() must never block an io thread, so the
+// engine's own limit sits above the server's admission limit (max_num_seqs +
+// max_queued_requests).
+actors::EngineOptions engine_options_for(const HttpServerConfig& config,
+                                         const actors::EngineConfig& engine_config);
+
+class HttpServer {
+ public:
+  // `engine` must outlive the server. Throws model::ChatTemplateError for a chat template
+  // that does not parse.
+  HttpServer(actors::Engine& engine, HttpServerConfig config);
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+  ~HttpServer();  // stop()
+
+  // Binds, listens and starts the io threads; returns the bound port. Throws
+  // std::runtime_error when the address cannot be bound.
+  uint16_t start();
+  // Blocks until SIGINT or SIGTERM (or stop() from another thread), then stops.
+  void run_until_signal();
+  // The graceful shutdown above; idempotent, blocking.
+  void stop();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pagedserve::net

@@ -1,0 +1,321 @@
+// The WebSocket connection: a reader coroutine (client frames -> start / cancel / error) and a
+// writer coroutine (the send queue -> the socket), both on the connection's strand and sharing
+// one WsConnection. Engine events for the connection's requests are posted to the strand and
+// turned into frames by net/protocol's WsResponseStream. Frame formats and parsing all live in
+// net/protocol/websocket.h; this file owns the live-id table, the bounded send queue and the
+// socket's lifetime.
+//
+// Send queue bound (ws_max_queued_frames): an event whose frames do not fit fails its request
+// with "slow_reader" (its unsent frames dropped, the engine request aborted); the error frame
+// and a request's final frames go past the bound, so every request ends as the protocol says.
+// While the queue is full the reader stops reading, so a flooding client is throttled by TCP.
+#include "net/server/ws_session.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/websocket.hpp>
+#include <chrono>
+#include <deque>
+#include <map>
+
+#include "net/protocol/metrics.h"
+#include "net/protocol/websocket.h"
+
+namespace pagedserve::net {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+using Clock = std::chrono::steady_clock;
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+
+// A timer used as a strand-local condition: wait() returns after notify() (or at once if a
+// notify() came since the last wait()).
+class Signal {
+ public:
+  explicit Signal(const asio::any_io_executor& strand) : timer_(strand) {}
+  void notify() {
+    notified_ = true;
+    timer_.cancel();
+  }
+  asio::awaitable<void> wait() {
+    if (!notified_) {
+      timer_.expires_after(std::chrono::hours(24));
+      co_await timer_.async_wait(kTuple);
+    }
+    notified_ = false;
+  }
+
+ private:
+  asio::steady_timer timer_;
+  bool notified_ = false;
+};
+
+// One connection's state; strand only (except the engine callbacks, which only post).
+class WsConnection : public std::enable_shared_from_this<WsConnection> {
+ public:
+  WsConnection(std::shared_ptr<ServerState> state, beast::tcp_stream stream, std::string peer)
+      : state_(std::move(state)),
+        ws_(std::move(stream)),
+        strand_(ws_.get_executor()),
+        peer_(std::move(peer)),
+        outbox_changed_(strand_),
+        space_freed_(strand_),
+        writer_done_(strand_) {}
+
+  websocket::stream<beast::tcp_stream>& ws() { return ws_; }
+  asio::any_io_executor strand() const { return strand_; }
+  const std::shared_ptr<ServerState>& state() const { return state_; }
+
+  void on_client_frame(std::string_view text);
+  void reject_binary_frame() {
+    send(0, ws_error_frame("", invalid_request("Binary frames are not supported: send JSON text "
+                                               "frames (docs/websocket-protocol.md).")));
+  }
+  void on_stop(bool hard);
+  // The reader ended: abort everything, close the socket, let the writer finish.
+  void end();
+  asio::awaitable<void> wait_for_room();
+  asio::awaitable<void> wait_for_writer() {
+    while (!writer_finished_) co_await writer_done_.wait();
+  }
+  static asio::awaitable<void> run_writer(std::shared_ptr<WsConnection> self);
+
+ private:
+  struct Live {
+    WsResponseStream frames;
+    std::vector<RequestTimer> timers;                             // per prompt
+    std::vector<std::shared_ptr<actors::RequestStream>> streams;  // dropping one aborts it
+    Clock::time_point start;
+  };
+  struct Outgoing {
+    uint64_t key = 0;  // the request it belongs to (0: none)
+    std::string frame;
+  };
+
+  void start(WsStart start);
+  void cancel(const std::string& id);
+  void on_event(uint64_t key, size_t prompt_index, actors::TokenEvent event);
+  void fail_slow_reader(uint64_t key);
+  void finish(uint64_t key, std::string_view how);
+  void send(uint64_t key, std::string frame);
+  void close_socket();
+  actors::TokenCallback callback(uint64_t key, size_t prompt_index);
+
+  std::shared_ptr<ServerState> state_;
+  websocket::stream<beast::tcp_stream> ws_;
+  asio::any_io_executor strand_;
+  std::string peer_;
+  std::map<uint64_t, Live> live_;         // by key: ids may be reused, keys never
+  std::map<std::string, uint64_t> keys_;  // client id -> key, live requests only
+  uint64_t next_key_ = 1;
+  std::deque<Outgoing> outbox_;
+  Signal outbox_changed_;  // the writer waits on it
+  Signal space_freed_;     // the reader waits on it while the outbox is full
+  Signal writer_done_;
+  bool draining_ = false;  // graceful server stop: refuse new requests, close when idle
+  bool closing_ = false;   // send what is queued, then the close frame
+  bool ended_ = false;     // the socket is gone
+  bool writer_finished_ = false;
+};
+
+actors::TokenCallback WsConnection::callback(uint64_t key, size_t prompt_index) {
+  return [gate = state_->gate(), self = weak_from_this(), key,
+          prompt_index](actors::TokenEvent event) {
+    gate->post(self, [key, prompt_index, event = std::move(event)](WsConnection& conn) mutable {
+      conn.on_event(key, prompt_index, std::move(event));
+    });
+  };
+}
+
+void WsConnection::send(uint64_t key, std::string frame) {
+  if (ended_ || frame.empty()) return;
+  outbox_.push_back(Outgoing{key, std::move(frame)});
+  outbox_changed_.notify();
+}
+
+void WsConnection::on_client_frame(std::string_view text) {
+  WsClientFrame frame = parse_ws_client_frame(text, state_->served());
+  if (auto* start_frame = std::get_if<WsStart>(&frame)) return start(std::move(*start_frame));
+  if (auto* cancel_frame = std::get_if<WsCancel>(&frame)) return cancel(cancel_frame->id);
+  const WsInvalid& invalid = std::get<WsInvalid>(frame);
+  send(0, ws_error_frame(invalid.id, invalid.error));
+}
+
+void WsConnection::start(WsStart start) {
+  if (keys_.count(start.id))
+    return send(0, ws_error_frame(start.id, ws_duplicate_id_error(start.id)));
+  if (draining_) return send(0, ws_error_frame(start.id, ws_shutdown_error()));
+  GenerationRequest& request = start.request;
+  std::optional<ApiError> refused = state_->check(request);
+  if (!refused) refused = state_->admit(request.prompts.size());
+  if (refused) return send(0, ws_error_frame(start.id, *refused));
+  const uint64_t key = next_key_++;
+  const Clock::time_point now = Clock::now();
+  Live& live =
+      live_
+          .emplace(key, Live{WsResponseStream(start.id, request),
+                             std::vector<RequestTimer>(request.prompts.size(),
+                                                       RequestTimer(state_->metrics(), now)),
+                             {},
+                             now})
+          .first->second;
+  keys_[start.id] = key;
+  live.streams = state_->submit(request, [&](size_t i) { return callback(key, i); });
+}
+
+void WsConnection::cancel(const std::string& id) {
+  auto it = keys_.find(id);
+  if (it == keys_.end()) return;  // unknown or already over: a no-op, as documented
+  const uint64_t key = it->second;
+  for (std::string& frame : live_.at(key).frames.cancel()) send(key, std::move(frame));
+  finish(key, "cancelled");
+}
+
+void WsConnection::on_event(uint64_t key, size_t prompt_index, actors::TokenEvent event) {
+  auto it = live_.find(key);
+  if (it == live_.end()) return;  // cancelled, failed or the connection ended
+  Live& live = it->second;
+  live.timers[prompt_index].on_event(event, Clock::now());
+  std::vector<std::string> frames = live.frames.on_event(prompt_index, event);
+  const bool over = live.frames.done();
+  if (!over && outbox_.size() + frames.size() > state_->config().ws_max_queued_frames) {
+    return fail_slow_reader(key);
+  }
+  for (std::string& frame : frames) send(key, std::move(frame));
+  if (over) finish(key, live.frames.failed() ? "error" : "done");
+}
+
+void WsConnection::fail_slow_reader(uint64_t key) {
+  std::erase_if(outbox_, [key](const Outgoing& out) { return out.key == key; });
+  space_freed_.notify();
+  send(key, live_.at(key).frames.fail(ws_slow_reader_error()));
+  finish(key, "slow_reader");
+}
+
+// The request is over (its last frame queued): drop its engine streams (aborting any still
+// running) and its id.
+void WsConnection::finish(uint64_t key, std::string_view how) {
+  auto it = live_.find(key);
+  if (it == live_.end()) return;
+  const double ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - it->second.start).count();
+  state_->log(peer_ + " \"WS " + it->second.frames.id() + "\" " + std::string(how) + " " +
+              std::to_string(static_cast<int64_t>(ms)) + "ms");
+  keys_.erase(it->second.frames.id());
+  live_.erase(it);
+  if (draining_ && live_.empty()) {
+    closing_ = true;
+    outbox_changed_.notify();
+  }
+}
+
+asio::awaitable<void> WsConnection::wait_for_room() {
+  while (!ended_ && outbox_.size() >= state_->config().ws_max_queued_frames) {
+    co_await space_freed_.wait();
+  }
+}
+
+void WsConnection::close_socket() {
+  beast::error_code ignored;
+  beast::get_lowest_layer(ws_).socket().close(ignored);
+}
+
+void WsConnection::on_stop(bool hard) {
+  if (ended_) return;
+  draining_ = true;
+  if (hard) {
+    live_.clear();  // aborts the engine requests; the socket closes under them
+    keys_.clear();
+    close_socket();
+    return;
+  }
+  if (live_.empty()) {
+    closing_ = true;
+    outbox_changed_.notify();
+  }
+}
+
+void WsConnection::end() {
+  ended_ = true;
+  live_.clear();  // drops the streams: the engine aborts what is still running
+  keys_.clear();
+  outbox_.clear();
+  close_socket();
+  outbox_changed_.notify();
+  space_freed_.notify();
+}
+
+// Sends the queue in order, one frame at a time; then, if closing, the close frame.
+asio::awaitable<void> WsConnection::run_writer(std::shared_ptr<WsConnection> self) {
+  while (!self->ended_) {
+    if (self->outbox_.empty()) {
+      if (self->closing_) {
+        co_await self->ws_.async_close(websocket::close_code::going_away, kTuple);
+        break;
+      }
+      co_await self->outbox_changed_.wait();
+      continue;
+    }
+    const std::string frame = std::move(self->outbox_.front().frame);
+    self->outbox_.pop_front();
+    self->space_freed_.notify();
+    auto [ec, bytes] = co_await self->ws_.async_write(asio::buffer(frame), kTuple);
+    if (ec) {
+      self->close_socket();  // the reader then ends the connection
+      break;
+    }
+  }
+  self->writer_finished_ = true;
+  self->writer_done_.notify();
+}
+
+// Reads client frames until the socket closes, pausing while the send queue is full.
+asio::awaitable<void> read_frames(std::shared_ptr<WsConnection> conn) {
+  beast::flat_buffer buffer;
+  while (true) {
+    co_await conn->wait_for_room();
+    auto [ec, bytes] = co_await conn->ws().async_read(buffer, kTuple);
+    if (ec) break;
+    if (conn->ws().got_text()) {
+      conn->on_client_frame(beast::buffers_to_string(buffer.data()));
+    } else {
+      conn->reject_binary_frame();
+    }
+    buffer.consume(buffer.size());
+  }
+}
+
+}  // namespace
+
+asio::awaitable<void> run_websocket_session(std::shared_ptr<ServerState> state,
+                                            beast::tcp_stream stream,
+                                            http::request<http::string_body> upgrade,
+                                            std::string peer) {
+  beast::get_lowest_layer(stream).expires_never();  // the WebSocket's own timeouts take over
+  auto conn = std::make_shared<WsConnection>(state, std::move(stream), std::move(peer));
+  websocket::stream_base::timeout timeout =
+      websocket::stream_base::timeout::suggested(beast::role_type::server);
+  timeout.idle_timeout = state->config().idle_timeout;
+  conn->ws().set_option(timeout);
+  conn->ws().read_message_max(state->config().max_body_bytes);
+  conn->ws().text(true);
+  auto [ec] = co_await conn->ws().async_accept(upgrade, kTuple);
+  if (ec) co_return;
+  const uint64_t id =
+      state->add_connection(conn->strand(), [weak = std::weak_ptr(conn)](bool hard) {
+        if (auto alive = weak.lock()) alive->on_stop(hard);
+      });
+  asio::co_spawn(conn->strand(), WsConnection::run_writer(conn), asio::detached);
+  co_await read_frames(conn);
+  conn->end();
+  co_await conn->wait_for_writer();
+  state->remove_connection(id);
+}
+
+}  // namespace pagedserve::net

@@ -1,0 +1,102 @@
+// Many clients at once: 200 concurrent streaming completions, a random third of which
+// disconnect midway. Afterwards every KV block is free again (pagedserve_kv_blocks_free ==
+// pagedserve_kv_blocks_total on /metrics) and the server still answers.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "tests/net/server/test_client.h"
+
+namespace pagedserve::net::testing {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr int kNumClients = 200;
+constexpr int kMaxTokens = 96;
+
+struct ClientOutcome {
+  bool ok = false;
+  std::string problem;
+};
+
+// Streams one completion; a leaver disconnects after `leave_after` events.
+ClientOutcome run_client(uint16_t port, int leave_after) {
+  const std::string body = json{{"prompt", "Once upon a time"},
+                                {"max_tokens", kMaxTokens},
+                                {"ignore_eos", true},
+                                {"stream", true},
+                                {"stream_options", {{"include_usage", true}}}}
+                               .dump();
+  SseClient client(port, "/v1/completions", body);
+  if (client.status() != 200) return {false, "status " + std::to_string(client.status())};
+  std::vector<std::string> events;
+  while (std::optional<std::string> event = client.next_event()) {
+    events.push_back(*event);
+    if (leave_after > 0 && static_cast<int>(events.size()) == leave_after) {
+      client.disconnect();
+      return {true, ""};
+    }
+  }
+  if (events.size() < 3 || events.back() != "[DONE]") return {false, "stream did not end"};
+  const json usage = json::parse(events[events.size() - 2])["usage"];
+  if (usage["completion_tokens"] != kMaxTokens) return {false, "usage " + usage.dump()};
+  return {true, ""};
+}
+
+TEST(LoadTest, TwoHundredStreamingClientsAThirdDisconnecting) {
+  TestServer server;
+  std::vector<int> leave_after(kNumClients, 0);
+  std::vector<int> order(kNumClients);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937 rng(20240611);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::uniform_int_distribution<int> midway(2, kMaxTokens / 2);
+  for (int i = 0; i < kNumClients / 3; ++i) leave_after[order[i]] = midway(rng);
+
+  std::vector<ClientOutcome> outcomes(kNumClients);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    std::vector<std::jthread> threads;
+    for (int i = 0; i < kNumClients; ++i) {
+      threads.emplace_back([&, i] {
+        try {
+          outcomes[i] = run_client(server.port(), leave_after[i]);
+        } catch (const std::exception& e) {
+          outcomes[i] = {false, e.what()};
+        }
+      });
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  int num_aborted = 0;  // leavers whose request was still generating (logged as 499)
+  for (const std::string& line : server.log_lines())
+    num_aborted += line.find("\" 499 ") != std::string::npos;
+  std::cout << "[ load ] " << kNumClients << " streaming clients x " << kMaxTokens << " tokens ("
+            << kNumClients / 3 << " leaving midway, " << num_aborted << " aborted mid-stream) in "
+            << seconds << " s\n";
+  for (int i = 0; i < kNumClients; ++i)
+    EXPECT_TRUE(outcomes[i].ok) << i << ": " << outcomes[i].problem;
+
+  ASSERT_TRUE(server.wait_until_idle(30s));
+  const HttpResult metrics = http_request(server.port(), "GET", "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_EQ(metric_value(metrics.body, "pagedserve_kv_blocks_free"),
+            metric_value(metrics.body, "pagedserve_kv_blocks_total"));
+  EXPECT_EQ(http_request(server.port(), "GET", "/health").status, 200);
+  EXPECT_EQ(http_request(server.port(), "POST", "/v1/completions",
+                         R"({"prompt": "Once", "max_tokens": 2})")
+                .status,
+            200);
+}
+
+}  // namespace
+}  // namespace pagedserve::net::testing

@@ -1,0 +1,112 @@
+// Blocking HTTP, server-sent-event and WebSocket clients for the server's end-to-end tests
+// (Beast, in test_client.cpp only, so the test files compile without it), and TestServer:
+// an Engine on stories260K plus an HttpServer on an ephemeral loopback port. Each client
+// object belongs to one test thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/engine.h"
+#include "net/server/http_server.h"
+
+namespace pagedserve::net::testing {
+
+using Headers = std::map<std::string, std::string>;
+
+struct HttpResult {
+  int status = 0;
+  Headers headers;  // names lower-cased
+  std::string body;
+};
+
+// One request on a fresh connection.
+HttpResult http_request(uint16_t port, const std::string& method, const std::string& target,
+                        const std::string& body = "", const Headers& headers = {});
+// Sends raw bytes and returns everything the server wrote until it closed the connection.
+std::string raw_exchange(uint16_t port, const std::string& bytes);
+
+// Several requests on one keep-alive connection.
+class HttpConnection {
+ public:
+  explicit HttpConnection(uint16_t port);
+  ~HttpConnection();
+  HttpResult request(const std::string& method, const std::string& target,
+                     const std::string& body = "", const Headers& headers = {});
+  // Writes a request without reading the answer.
+  void send(const std::string& method, const std::string& target, const std::string& body = "");
+  // True when the server closed the connection (reads EOF) within `timeout`.
+  bool closed_by_server(std::chrono::milliseconds timeout);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A POST whose response is read incrementally, one server-sent event at a time.
+class SseClient {
+ public:
+  SseClient(uint16_t port, const std::string& target, const std::string& body,
+            const Headers& headers = {});
+  ~SseClient();
+  int status() const;
+  const Headers& headers() const;
+  // The next event's data ("[DONE]" included); nullopt once the response or connection ended.
+  std::optional<std::string> next_event();
+  std::string rest_of_body();  // a non-streaming answer (e.g. an error body)
+  void disconnect();           // closes the socket at once (RST when data is unread)
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class WsClient {
+ public:
+  explicit WsClient(uint16_t port, const std::string& target = "/v1/stream",
+                    const Headers& headers = {});
+  ~WsClient();
+  void send(const std::string& text);
+  void send_binary(const std::string& data);
+  std::optional<std::string> read();  // nullopt once the connection closed
+  void disconnect();                  // closes the TCP socket without a close frame
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads the server's WebSocket handshake answer for an upgrade request (status only).
+int ws_handshake_status(uint16_t port, const std::string& target, const Headers& headers = {});
+
+// The engine on stories260K (a small KV pool) and the server on 127.0.0.1:0.
+class TestServer {
+ public:
+  explicit TestServer(HttpServerConfig config = {}, int max_num_seqs = 256,
+                      int num_kv_blocks = 1024);
+  ~TestServer();
+  uint16_t port() const { return port_; }
+  actors::Engine& engine() { return *engine_; }
+  HttpServer& server() { return *server_; }
+  std::vector<std::string> log_lines() const;
+  // Polls the engine until no request is unfinished and every KV block is free.
+  bool wait_until_idle(std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
+ private:
+  mutable std::mutex log_mu_;
+  std::vector<std::string> log_;
+  std::unique_ptr<actors::Engine> engine_;
+  std::unique_ptr<HttpServer> server_;
+  uint16_t port_ = 0;
+};
+
+// A metric's value from Prometheus text (first sample whose name matches exactly).
+std::optional<double> metric_value(const std::string& text, const std::string& name);
+
+}  // namespace pagedserve::net::testing

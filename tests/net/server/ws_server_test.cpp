@@ -1,0 +1,169 @@
+// The WebSocket endpoint (GET /v1/stream) end to end: two requests streamed interleaved on one
+// socket, a cancel (done frames with "abort", then nothing more for that id), invalid and
+// binary frames (error frames, the connection stays), duplicate ids, a client that
+// disconnects (its requests aborted, blocks freed), and a slow reader (failed with
+// "slow_reader" instead of buffering without bound).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "tests/net/server/test_client.h"
+
+namespace pagedserve::net::testing {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+std::string start_frame(const std::string& id, int max_tokens) {
+  return json{{"type", "completion"},     {"id", id},           {"prompt", "Once upon a time"},
+              {"max_tokens", max_tokens}, {"ignore_eos", true}, {"temperature", 0}}
+      .dump();
+}
+
+json read_frame(WsClient& client) {
+  std::optional<std::string> text = client.read();
+  if (!text) return json();
+  return json::parse(*text);
+}
+
+TEST(WsServerTest, TwoInterleavedRequestsAndACancel) {
+  TestServer server;
+  WsClient client(server.port());
+  client.send(start_frame("a", 40));
+  client.send(start_frame("b", 400));
+  std::map<std::string, int> tokens;
+  std::vector<std::string> order;  // ids of token frames, in arrival order
+  json a_done;
+  while (a_done.is_null()) {
+    const json frame = read_frame(client);
+    ASSERT_TRUE(frame.is_object());
+    if (frame["type"] == "token") {
+      tokens[frame["id"]] += static_cast<int>(frame["token_ids"].size());
+      order.push_back(frame["id"]);
+    } else if (frame["type"] == "done" && frame["id"] == "a") {
+      a_done = frame;
+    } else {
+      FAIL() << frame.dump();
+    }
+  }
+  EXPECT_EQ(a_done["finish_reason"], "length");
+  EXPECT_EQ(a_done["usage"]["completion_tokens"], 40);
+  EXPECT_EQ(tokens["a"], 40);
+  ASSERT_GT(tokens["b"], 0) << "b made no progress while a ran";
+  // Interleaved: some of b's tokens arrived before a's last one.
+  EXPECT_LT(std::find(order.begin(), order.end(), "b") - order.begin(),
+            std::find(order.rbegin(), order.rend(), "a").base() - order.begin());
+
+  client.send(R"({"type": "cancel", "id": "b"})");
+  json b_done;
+  while (b_done.is_null()) {
+    const json frame = read_frame(client);
+    ASSERT_TRUE(frame.is_object());
+    ASSERT_EQ(frame["id"], "b") << frame.dump();
+    if (frame["type"] == "done") b_done = frame;
+  }
+  EXPECT_EQ(b_done["finish_reason"], "abort");
+  EXPECT_TRUE(server.wait_until_idle(5s));
+
+  // The connection still works, and the id can be reused.
+  client.send(start_frame("b", 3));
+  int n = 0;
+  for (json frame = read_frame(client); frame["type"] != "done"; frame = read_frame(client)) {
+    ASSERT_EQ(frame["id"], "b") << frame.dump();
+    ASSERT_EQ(frame["type"], "token") << frame.dump();
+    n += static_cast<int>(frame["token_ids"].size());
+  }
+  EXPECT_EQ(n, 3);
+}
+
+TEST(WsServerTest, InvalidFramesGetErrorFramesAndTheConnectionStays) {
+  TestServer server;
+  WsClient client(server.port());
+  client.send("{not json");
+  json frame = read_frame(client);
+  EXPECT_EQ(frame["type"], "error");
+  EXPECT_TRUE(frame["id"].is_null());
+  client.send_binary("\x01\x02");
+  frame = read_frame(client);
+  EXPECT_EQ(frame["type"], "error");
+  client.send(R"({"type": "completion", "id": "x", "prompt": "a", "max_tokens": 0})");
+  frame = read_frame(client);
+  EXPECT_EQ(frame["type"], "error");
+  EXPECT_EQ(frame["id"], "x");
+  EXPECT_EQ(frame["error"]["param"], "max_tokens");
+  client.send(R"({"type": "cancel", "id": "never-started"})");  // a no-op, no reply
+
+  client.send(start_frame("d", 200));
+  client.send(start_frame("d", 5));
+  bool duplicate_seen = false;
+  while (!duplicate_seen) {
+    frame = read_frame(client);
+    ASSERT_TRUE(frame.is_object());
+    duplicate_seen = frame["type"] == "error";
+  }
+  EXPECT_EQ(frame["id"], "d");
+  EXPECT_EQ(frame["error"]["code"], "duplicate_id");
+}
+
+TEST(WsServerTest, DisconnectAbortsEveryRequestOfTheSocket) {
+  TestServer server;
+  {
+    WsClient client(server.port());
+    client.send(start_frame("x", 400));
+    client.send(start_frame("y", 400));
+    int token_frames = 0;
+    while (token_frames < 4) {
+      const json frame = read_frame(client);
+      ASSERT_EQ(frame["type"], "token");
+      ++token_frames;
+    }
+    client.disconnect();
+  }
+  EXPECT_TRUE(server.wait_until_idle(5s));
+}
+
+// A graceful stop lets the socket's running request finish, then closes the socket.
+TEST(WsServerTest, StopFinishesRunningRequestsThenCloses) {
+  TestServer server;
+  WsClient client(server.port());
+  client.send(start_frame("s", 100));
+  ASSERT_EQ(read_frame(client)["type"], "token");
+  std::thread stopper([&] { server.server().stop(); });
+  json last;
+  while (std::optional<std::string> text = client.read()) last = json::parse(*text);
+  stopper.join();
+  EXPECT_EQ(last["type"], "done") << last.dump();
+  EXPECT_EQ(last["finish_reason"], "length") << last.dump();
+}
+
+// A client that never reads: the server's queue for it stays bounded and its requests fail
+// with slow_reader once the socket's buffers are full.
+TEST(WsServerTest, SlowReaderIsCancelledNotBuffered) {
+  HttpServerConfig config;
+  config.ws_max_queued_frames = 8;
+  TestServer server(config);
+  WsClient client(server.port());
+  constexpr int kNumRequests = 64;
+  for (int i = 0; i < kNumRequests; ++i) client.send(start_frame("r" + std::to_string(i), 400));
+  // Each engine step yields one event per request: far more than 8 frames at once, so requests
+  // fail unless the writer keeps up (and the reader is not reading at all).
+  EXPECT_TRUE(server.wait_until_idle(60s)) << "requests of a non-reading client kept running";
+  std::set<std::string> ended;
+  bool slow_reader_seen = false;
+  while (static_cast<int>(ended.size()) < kNumRequests) {
+    const json frame = read_frame(client);
+    ASSERT_TRUE(frame.is_object());
+    if (frame["type"] == "token") continue;
+    ended.insert(frame["id"].get<std::string>());
+    slow_reader_seen =
+        slow_reader_seen || (frame["type"] == "error" && frame["error"]["code"] == "slow_reader");
+  }
+  EXPECT_TRUE(slow_reader_seen);
+}
+
+}  // namespace
+}  // namespace pagedserve::net::testing
