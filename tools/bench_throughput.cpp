@@ -123,12 +123,13 @@ int run_bench_throughput(const std::vector<std::string>& args) {
 
 int run_bench(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help") {
-    std::cout << "usage: pagedserve bench <throughput> [flags]\n";
+    std::cout << "usage: pagedserve bench <throughput|serve|sweep> [flags]\n";
     return args.empty() ? 2 : 0;
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "throughput") return run_bench_throughput(rest);
-  throw UsageError("unknown bench '" + args[0] + "' (known: throughput)");
+  if (args[0] == "serve" || args[0] == "sweep") return run_bench_online(args[0], rest);
+  throw UsageError("unknown bench '" + args[0] + "' (known: throughput, serve, sweep)");
 }
 
 }  // namespace pagedserve::tools
