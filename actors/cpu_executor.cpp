@@ -50,8 +50,9 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
     if (!seq.sample) continue;
     std::span<const float> row_logits(logits.data() + row * vocab, vocab);
     std::vector<float> masked;
-    if (!seq.banned_token_ids.empty()) {
+    if (!seq.banned_token_ids.empty() || seq.sampling.has_penalties()) {
       masked.assign(row_logits.begin(), row_logits.end());
+      model::apply_penalties(masked, seq.sampling, seq.penalty_prompt_ids, seq.penalty_output_ids);
       for (int32_t id : seq.banned_token_ids) {
         if (id >= 0 && static_cast<size_t>(id) < vocab) {
           masked[id] = -std::numeric_limits<float>::infinity();

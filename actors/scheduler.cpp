@@ -367,6 +367,11 @@ ScheduledSequence Scheduler::run_seq(SequenceGroup& group, Sequence& seq, const 
 
   scheduled.sampling = group.sampling;
   scheduled.sample_step = seq.output_token_ids.size();
+  if (group.sampling.has_penalties()) {
+    if (group.sampling.repetition_penalty != 1.0f)
+      scheduled.penalty_prompt_ids = group.prompt_token_ids;
+    scheduled.penalty_output_ids = seq.output_token_ids;
+  }
   // Until min_tokens exist, the tokens that would end the sequence cannot be drawn (vLLM's
   // min-tokens logits processor), rather than being drawn and then ignored.
   if (static_cast<int>(seq.output_token_ids.size()) < group.sampling.min_tokens) {

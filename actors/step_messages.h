@@ -27,6 +27,9 @@ struct ScheduledSequence {
   std::vector<uint64_t> sample_seeds;
   uint64_t sample_step = 0;               // tokens this sequence sampled so far: the RNG counter
   std::vector<int32_t> banned_token_ids;  // never drawn this step (EOS, stop ids < min_tokens)
+  // Only when sampling.has_penalties(): the history the penalties look at.
+  std::vector<int32_t> penalty_prompt_ids;  // the prompt (repetition penalty only)
+  std::vector<int32_t> penalty_output_ids;  // tokens this sequence generated so far
   int num_top_logprobs = 0;  // (token, logprob) candidates wanted: 2 * beam width, or 0
 };
 

@@ -47,6 +47,12 @@ std::string SamplingParams::validate() const {
     return bad("min_p must be in [0, 1], got " + std::to_string(min_p));
   if (max_tokens < 1)
     return bad("max_tokens must be at least 1, got " + std::to_string(max_tokens));
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f))
+    return bad("presence_penalty must be in [-2, 2], got " + std::to_string(presence_penalty));
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
+    return bad("frequency_penalty must be in [-2, 2], got " + std::to_string(frequency_penalty));
+  if (!(repetition_penalty > 0.0f && repetition_penalty <= 2.0f))
+    return bad("repetition_penalty must be in (0, 2], got " + std::to_string(repetition_penalty));
   if (min_tokens < 0) return bad("min_tokens must be >= 0, got " + std::to_string(min_tokens));
   if (min_tokens > max_tokens)
     return bad("min_tokens (" + std::to_string(min_tokens) + ") must not exceed max_tokens (" +
@@ -89,6 +95,34 @@ std::string SamplingParams::validate_sequences() const {
   // on every candidate's text inside the scheduler; vLLM v0 does that, pagedserve refuses it.
   if (!stop.empty()) return "stop strings are not supported with use_beam_search";
   return {};
+}
+
+void apply_penalties(std::span<float> logits, const SamplingParams& params,
+                     std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  auto in_vocab = [vocab](int32_t id) { return id >= 0 && id < vocab; };
+  if (params.repetition_penalty != 1.0f) {
+    std::vector<bool> seen(logits.size(), false);
+    for (int32_t id : prompt_ids)
+      if (in_vocab(id)) seen[id] = true;
+    for (int32_t id : output_ids)
+      if (in_vocab(id)) seen[id] = true;
+    for (int32_t id = 0; id < vocab; ++id) {
+      if (!seen[id]) continue;
+      logits[id] = logits[id] > 0 ? logits[id] / params.repetition_penalty
+                                  : logits[id] * params.repetition_penalty;
+    }
+  }
+  if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
+    std::vector<int> counts(logits.size(), 0);
+    for (int32_t id : output_ids)
+      if (in_vocab(id)) ++counts[id];
+    for (int32_t id = 0; id < vocab; ++id) {
+      if (counts[id] == 0) continue;
+      logits[id] -=
+          params.frequency_penalty * static_cast<float>(counts[id]) + params.presence_penalty;
+    }
+  }
 }
 
 double uniform_from_counter(uint64_t seed, uint64_t step) {

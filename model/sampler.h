@@ -11,6 +11,12 @@
 
 namespace pagedserve::model {
 
+// Applies presence, frequency and repetition penalties (see SamplingParams) to `logits` in
+// place. prompt_ids matter only to the repetition penalty; output_ids are the tokens this
+// sequence generated so far.
+void apply_penalties(std::span<float> logits, const SamplingParams& params,
+                     std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids);
+
 // A uniform double in [0, 1) determined only by (seed, step).
 double uniform_from_counter(uint64_t seed, uint64_t step);
 

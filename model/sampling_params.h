@@ -23,6 +23,17 @@ struct SamplingParams {
   // (vLLM's include_stop_str_in_output=false). Checked on detokenized text, not on ids.
   std::vector<std::string> stop;
 
+  // Penalties, applied to the logits before temperature, as vLLM does: presence subtracts a
+  // constant from every token already generated, frequency subtracts per occurrence, and
+  // repetition (Hugging Face's) divides positive / multiplies negative logits of every token in
+  // the prompt or the output.
+  float presence_penalty = 0.0f;    // [-2, 2]; 0 = off
+  float frequency_penalty = 0.0f;   // [-2, 2]; 0 = off
+  float repetition_penalty = 1.0f;  // (0, 2]; 1 = off
+  bool has_penalties() const {
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
+  }
+
   int n = 1;                     // completions returned
   std::optional<int> best_of;    // completions generated (>= n); the n most likely are returned
   bool use_beam_search = false;  // beam width = best_of (or n); needs temperature 0

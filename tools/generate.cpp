@@ -37,6 +37,8 @@ const char* const kGenerateHelp =
     "  --best-of N         generate N, return the n most likely (default n)\n"
     "  --use-beam-search   beam search with width best_of (or n); needs --temperature 0\n"
     "  --length-penalty L  beam score = logprob / length^L (default 1)\n"
+    "  --presence-penalty P  --frequency-penalty F  (in [-2, 2])\n"
+    "  --repetition-penalty R  (in (0, 2], 1 = off)\n"
     "  --json              one JSON object per prompt\n";
 
 struct PromptRun {
@@ -96,6 +98,9 @@ model::SamplingParams sampling_from_flags(const CliFlags& flags) {
   }
   params.use_beam_search = flags.has("use-beam-search");
   params.length_penalty = static_cast<float>(flags.get_double("length-penalty", 1.0));
+  params.presence_penalty = static_cast<float>(flags.get_double("presence-penalty", 0.0));
+  params.frequency_penalty = static_cast<float>(flags.get_double("frequency-penalty", 0.0));
+  params.repetition_penalty = static_cast<float>(flags.get_double("repetition-penalty", 1.0));
   if (std::string problem = params.validate(); !problem.empty()) throw UsageError(problem);
   return params;
 }
@@ -131,7 +136,8 @@ nlohmann::json request_json(const PromptRun& run, int n) {
 int run_generate(const std::vector<std::string>& args) {
   std::set<std::string> value_flags = kEngineValueFlags;
   value_flags.insert({"prompt", "prompts-file", "max-tokens", "min-tokens", "temperature", "top-p",
-                      "top-k", "min-p", "seed", "stop", "n", "best-of", "length-penalty"});
+                      "top-k", "min-p", "seed", "stop", "n", "best-of", "length-penalty",
+                      "presence-penalty", "frequency-penalty", "repetition-penalty"});
   std::set<std::string> bool_flags = kEngineBoolFlags;
   bool_flags.insert({"json", "ignore-eos", "use-beam-search", "help"});
   const CliFlags flags(args, value_flags, bool_flags);

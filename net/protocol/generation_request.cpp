@@ -35,21 +35,24 @@ std::optional<float> read_float(FieldReader& fields, std::string_view key) {
   return static_cast<float>(*value);
 }
 
-void read_penalties(FieldReader& fields, GenerationRequest& out) {
+void read_penalties(FieldReader& fields, model::SamplingParams& sampling, GenerationRequest& out) {
   if (auto v = read_float(fields, "presence_penalty")) {
     fields.require(*v >= -2.0f && *v <= 2.0f, "presence_penalty must be in [-2, 2]",
                    "presence_penalty");
     out.presence_penalty = *v;
+    sampling.presence_penalty = *v;
   }
   if (auto v = read_float(fields, "frequency_penalty")) {
     fields.require(*v >= -2.0f && *v <= 2.0f, "frequency_penalty must be in [-2, 2]",
                    "frequency_penalty");
     out.frequency_penalty = *v;
+    sampling.frequency_penalty = *v;
   }
   if (auto v = read_float(fields, "repetition_penalty")) {
     fields.require(*v > 0.0f && *v <= 2.0f, "repetition_penalty must be in (0, 2]",
                    "repetition_penalty");
     out.repetition_penalty = *v;
+    sampling.repetition_penalty = *v;
   }
 }
 
@@ -110,7 +113,7 @@ void read_shared_fields(FieldReader& fields, const ServedModel& served,
     sampling.stop_token_ids.assign(v->begin(), v->end());
   }
   out.n = sampling.n;
-  read_penalties(fields, out);
+  read_penalties(fields, sampling, out);
   read_stream_fields(fields, out);
   read_logprobs(fields, out.endpoint, out);
   if (auto v = fields.string("user")) out.user = std::move(*v);

@@ -40,8 +40,9 @@ struct GenerationRequest {
   bool include_usage = false;  // stream_options.include_usage: a usage chunk before [DONE]
   bool echo = false;           // completions: each choice's text starts with its prompt
 
-  // Parsed and range-checked, but NOT applied: the engine does not report logprobs and its
-  // sampler (model::SamplingParams) has no penalties yet. Responses carry "logprobs": null.
+  // Parsed and range-checked, but NOT applied: the engine does not report logprobs yet, so
+  // responses carry "logprobs": null. The penalties are also copied into each prompt's
+  // sampling, where the sampler applies them.
   std::optional<int> logprobs;      // completions `logprobs`; chat `top_logprobs` (0 if only
                                     // `logprobs: true`)
   float presence_penalty = 0.0f;    // [-2, 2]

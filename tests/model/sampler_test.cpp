@@ -135,3 +135,40 @@ TEST(Sampler, ValidateNamesTheBadField) {
 
 }  // namespace
 }  // namespace pagedserve::model
+
+namespace pagedserve::model {
+namespace {
+
+TEST(Penalties, MatchTheirDefinitions) {
+  const std::vector<float> logits = {2.0f, -1.0f, 0.5f, 3.0f, -2.0f};
+  const std::vector<int32_t> prompt = {4};
+  const std::vector<int32_t> output = {0, 0, 2};
+  SamplingParams p;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  p.repetition_penalty = 2.0f;
+  std::vector<float> got = logits;
+  apply_penalties(got, p, prompt, output);
+  // token 0: seen twice in the output, positive: 2/2 - (0.25*2 + 0.5) = 0.
+  EXPECT_FLOAT_EQ(got[0], 0.0f);
+  EXPECT_FLOAT_EQ(got[1], -1.0f);                    // never seen
+  EXPECT_FLOAT_EQ(got[2], 0.5f / 2 - 0.25f - 0.5f);  // once in the output
+  EXPECT_FLOAT_EQ(got[3], 3.0f);                     // never seen
+  EXPECT_FLOAT_EQ(got[4], -2.0f * 2);                // prompt only: repetition, negative
+}
+
+TEST(Penalties, OffLeavesLogitsAlone) {
+  std::vector<float> logits = {1.0f, 2.0f};
+  const std::vector<int32_t> ids = {0, 1, 1};
+  apply_penalties(logits, SamplingParams{}, ids, ids);
+  EXPECT_EQ(logits, (std::vector<float>{1.0f, 2.0f}));
+  SamplingParams bad;
+  bad.repetition_penalty = 0.0f;
+  EXPECT_NE(bad.validate().find("repetition_penalty"), std::string::npos);
+  bad = {};
+  bad.presence_penalty = 3.0f;
+  EXPECT_NE(bad.validate().find("presence_penalty"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pagedserve::model

@@ -120,6 +120,10 @@ TEST(CompletionsTest, EveryFieldIsParsed) {
   EXPECT_FLOAT_EQ(req.presence_penalty, 0.5f);
   EXPECT_FLOAT_EQ(req.frequency_penalty, -0.5f);
   EXPECT_FLOAT_EQ(req.repetition_penalty, 1.2f);
+  // ...and reach the sampler through each prompt's sampling params.
+  EXPECT_FLOAT_EQ(s.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty, 1.2f);
   EXPECT_EQ(req.logprobs, 3);
   EXPECT_TRUE(req.echo);
   EXPECT_EQ(req.user, "u-1");
