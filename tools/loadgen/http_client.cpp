@@ -8,6 +8,7 @@
 #include <boost/beast/http.hpp>
 
 #include "tools/loadgen/client_internal.h"
+#include "tools/loadgen/connect.h"
 
 namespace pagedserve::loadgen {
 
@@ -40,49 +41,54 @@ asio::awaitable<RequestRecord> stream_request(RunContext& ctx, const OutgoingReq
   const std::string path = request.chat ? "/v1/chat/completions" : "/v1/completions";
   const auto expiry = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(ctx.options.request_timeout_s));
-  beast::tcp_stream stream(co_await asio::this_coro::executor);
+  // Not `stream(co_await ...)`: GCC 12 miscompiles a co_await inside a coroutine local's
+  // constructor arguments (the object ends up corrupt in Debug builds).
+  const auto executor = co_await asio::this_coro::executor;
+  beast::tcp_stream stream(executor);
   const auto fail = [&](const std::string& reason) {
     record.ok = false;
     record.error = reason;
     record.end_s = ctx.now_s();
     return record;
   };
+  // Results of co_await land in these, declared once: GCC 12 mishandles structured bindings
+  // initialised by co_await (in if-statements and loops), corrupting the frame in Debug.
+  beast::error_code ec;
+  size_t n = 0;
   stream.expires_after(expiry);
-  if (auto [ec, ep] = co_await stream.async_connect(ctx.endpoints, kTuple); ec) {
-    co_return fail("connect: " + ec.message());
-  }
+  ec = co_await connect_first(stream, ctx.endpoints);
+  if (ec) co_return fail("connect: " + ec.message());
   auto req = make_request(ctx.url, path, http_body(request), ctx.options.api_key);
   stream.expires_after(expiry);
-  if (auto [ec, n] = co_await http::async_write(stream, req, kTuple); ec) {
-    co_return fail("write: " + ec.message());
-  }
+  std::tie(ec, n) = co_await http::async_write(stream, req, kTuple);
+  if (ec) co_return fail("write: " + ec.message());
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
   parser.body_limit(boost::none);
   stream.expires_after(expiry);
-  if (auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, kTuple); ec) {
-    co_return fail("read: " + ec.message());
-  }
+  std::tie(ec, n) = co_await http::async_read_header(stream, buffer, parser, kTuple);
+  if (ec) co_return fail("read: " + ec.message());
   const int status = static_cast<int>(parser.get().result_int());
   SseSplitter splitter;
   std::string error_body;
   std::optional<std::string> server_error;
   std::optional<int64_t> usage_completion;
   bool saw_done = false;
-  char chunk[16384];
+  std::vector<char> chunk(16384);  // on the heap: a large array in the coroutine frame
+                                   // is where GCC 12 Debug frames went wrong
   while (!parser.is_done() && !saw_done) {
-    parser.get().body().data = chunk;
-    parser.get().body().size = sizeof chunk;
+    parser.get().body().data = chunk.data();
+    parser.get().body().size = chunk.size();
     stream.expires_after(expiry);
-    auto [ec, n] = co_await http::async_read_some(stream, buffer, parser, kTuple);
+    std::tie(ec, n) = co_await http::async_read_some(stream, buffer, parser, kTuple);
     if (ec && ec != http::error::need_buffer) co_return fail("read: " + ec.message());
     const double now = ctx.now_s();
-    const size_t got = sizeof chunk - parser.get().body().size;
+    const size_t got = chunk.size() - parser.get().body().size;
     if (status != 200) {
-      error_body.append(chunk, got);
+      error_body.append(chunk.data(), got);
       continue;
     }
-    for (const std::string& event : splitter.feed(chunk, got)) {
+    for (const std::string& event : splitter.feed(chunk.data(), got)) {
       const ChunkInfo info = read_sse_chunk(event);
       if (info.error && !server_error) server_error = *info.error;
       if (info.has_output) {
@@ -137,7 +143,7 @@ asio::awaitable<HttpReply> fetch(BaseUrl url, std::string path, std::string body
   beast::tcp_stream stream(executor);
   stream.expires_after(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1e3)));
   auto [ec, endpoints] = co_await resolver.async_resolve(url.host, url.port, detail::kTuple);
-  if (!ec) std::tie(ec, std::ignore) = co_await stream.async_connect(endpoints, detail::kTuple);
+  if (!ec) ec = co_await detail::connect_first(stream, endpoints);
   auto req = detail::make_request(url, path, body, api_key);
   if (!ec) std::tie(ec, std::ignore) = co_await http::async_write(stream, req, detail::kTuple);
   beast::flat_buffer buffer;

@@ -12,6 +12,7 @@
 #include <map>
 
 #include "tools/loadgen/client_internal.h"
+#include "tools/loadgen/connect.h"
 
 namespace pagedserve::loadgen::detail {
 namespace {
@@ -67,8 +68,8 @@ class WsConnection : public std::enable_shared_from_this<WsConnection> {
   static asio::awaitable<void> run(std::shared_ptr<WsConnection> self) {
     auto& ws = self->ws_;
     beast::get_lowest_layer(ws).expires_after(std::chrono::seconds(30));
-    auto [ec, ep] =
-        co_await beast::get_lowest_layer(ws).async_connect(self->ctx_.endpoints, kTuple);
+    beast::error_code ec =
+        co_await connect_first(beast::get_lowest_layer(ws), self->ctx_.endpoints);
     if (!ec) {
       ws.set_option(websocket::stream_base::decorator([&](websocket::request_type& req) {
         if (!self->ctx_.options.api_key.empty()) {
