@@ -4,45 +4,14 @@
 #include <climits>
 #include <cmath>
 
+#include "model/tokenizer/unicode_tables.h"
+
 namespace pagedserve::net {
 
 bool is_valid_utf8(std::string_view text) {
-  size_t i = 0;
-  const size_t n = text.size();
-  while (i < n) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int length = 0;
-    uint32_t code = 0;
-    if ((c & 0xE0) == 0xC0) {
-      length = 2;
-      code = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      length = 3;
-      code = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      length = 4;
-      code = c & 0x07;
-    } else {
-      return false;  // a continuation byte first, or 0xF8..0xFF
-    }
-    if (i + length > n) return false;
-    for (int k = 1; k < length; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + k]);
-      if ((next & 0xC0) != 0x80) return false;
-      code = (code << 6) | (next & 0x3F);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
-    static constexpr uint32_t kMinCode[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (code < kMinCode[length] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) {
-      return false;
-    }
-    i += length;
-  }
-  return true;
+  // One validator for the project: the tokenizer's (overlongs, surrogates and values past
+  // U+10FFFF are rejected there too).
+  return model::tokenizer::unicode::is_valid_utf8(text);
 }
 
 Result<nlohmann::json> parse_json_object(std::string_view body) {
