@@ -4,7 +4,8 @@
 //   client threads --EncodeRequest--> [tokenizer thread]   encode loop
 //   tokenizer      --AddRequest-----> [scheduler thread]   one inbox: AddRequest, CheckAborts,
 //   executor       --StepDone-------> [scheduler thread]              StepDone
-//   scheduler      --ExecuteStep----> [executor thread]    capacity 1: one step in flight
+//   scheduler      --ExecuteStep----> [executor thread]    capacity 2: with overlap, the next
+//                                                         step waits while one runs
 //   scheduler      --DecodeBatch----> [tokenizer thread]   decode loop -> RequestStream
 //   client aborts  --CheckAborts----> [scheduler thread]   (try_send; plus a flag if full)
 // The EncodeRequest channel holds max_unfinished_requests, so the registry's admission limit
@@ -86,7 +87,7 @@ Engine::Impl::Impl(const EngineConfig& config_in, const EngineOptions& options_i
                    static_cast<size_t>(std::max(options_in.channel_capacity, 1))),
       scheduler_inbox(scheduler_thread.executor(),
                       static_cast<size_t>(std::max(options_in.channel_capacity, 1))),
-      executor_inbox(executor_thread.executor(), 1) {}
+      executor_inbox(executor_thread.executor(), 2) {}
 
 std::unique_ptr<Engine> Engine::start(const EngineConfig& config_in, const EngineOptions& options) {
   EngineSetup setup = set_up_engine(config_in);

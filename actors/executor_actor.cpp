@@ -33,9 +33,13 @@ runtime::StepDone ExecutorActor::on_execute(runtime::ExecuteStep step) {
   runtime::StepDone done;
   // Exceptions stay in this actor: a failed step comes back as an error value.
   try {
+    carry_.substitute(step.input);
     done.output = executor_->execute(step.input);
+    carry_.record(step.input, done.output);
   } catch (const std::exception& e) {
+    carry_.forget();
     done.error = std::string("the executor failed: ") + e.what();
+    done.output.seqs.assign(step.input.seqs.size(), {});  // no samples: every row is failed
   }
   const Clock::time_point end = Clock::now();
   int64_t idle_ns = 0;

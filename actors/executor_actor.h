@@ -1,7 +1,9 @@
 // ExecutorActor: owns the Executor (CPU now, CUDA later behind the same interface) and runs
 // it on its own thread, so a step's forward pass overlaps the host work of the other actors.
-// Handles ExecuteStep (from the scheduler actor; at most one in flight) and answers each with
-// a StepDone in the scheduler's inbox. Measures its busy time and its idle time between
+// Handles ExecuteStep (from the scheduler actor; with overlap the next step is already queued
+// while one runs, at most two in flight) and answers each with a StepDone in the scheduler's
+// inbox, in order. Before running a step it writes the tokens the previous step sampled into
+// the new step's placeholders (SampledTokenCarry). Measures its busy time and its idle time between
 // consecutive steps (see ExecuteStep::continues_previous_step) into the StatsBoard.
 // Lives on the executor ActorThread; not thread-safe otherwise.
 #pragma once
@@ -15,6 +17,7 @@
 #include "actors/runtime/executor_messages.h"
 #include "actors/runtime/scheduler_messages.h"
 #include "actors/runtime/stats_board.h"
+#include "actors/sampled_token_carry.h"
 
 namespace pagedserve::actors {
 
@@ -36,6 +39,7 @@ class ExecutorActor {
   runtime::Channel<runtime::SchedulerMessage>& scheduler_inbox_;
   runtime::StatsBoard& stats_;
   std::optional<std::chrono::steady_clock::time_point> last_step_end_;
+  SampledTokenCarry carry_;
 };
 
 }  // namespace pagedserve::actors

@@ -1,5 +1,9 @@
 // LlmEngine: the synchronous engine loop (tokenizer + scheduler + executor) that generate and
 // the tests drive step by step. The asynchronous actor system wraps the same pieces.
+// With overlap, the loop runs the scheduler's overlap protocol deterministically on one
+// thread, as the actors do across threads: each step() plans step N+1 before it applies step
+// N's results, then runs N+1 (placeholders filled by SampledTokenCarry) and keeps its results
+// for the next step(). Outputs must not depend on it; the tests check that they do not.
 // Not thread-safe: one thread calls add_request/step.
 #pragma once
 
@@ -13,6 +17,7 @@
 #include "actors/engine_setup.h"
 #include "actors/executor.h"
 #include "actors/output_processor.h"
+#include "actors/sampled_token_carry.h"
 #include "actors/scheduler.h"
 #include "model/sampling_params.h"
 #include "model/tokenizer/tokenizer.h"
@@ -29,7 +34,7 @@ class LlmEngine {
  public:
   // Loads the model and tokenizer from config.model_dir. Throws model::ModelError for bad
   // model files and std::invalid_argument for bad engine settings.
-  explicit LlmEngine(const EngineConfig& config);
+  explicit LlmEngine(const EngineConfig& config, bool overlap = false);
   ~LlmEngine();
 
   const model::Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -40,7 +45,7 @@ class LlmEngine {
   // Queues a request and returns its id. Throws InvalidRequest naming the problem.
   uint64_t add_request(std::vector<int32_t> prompt_token_ids, const model::SamplingParams& params);
   void abort_request(uint64_t id);
-  bool has_unfinished_requests() const { return scheduler_->has_unfinished(); }
+  bool has_unfinished_requests() const { return scheduler_->has_unfinished() || executed_; }
 
   // Runs one scheduler + executor iteration and reports what happened to each request.
   std::vector<RequestOutput> step();
@@ -53,6 +58,17 @@ class LlmEngine {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<OutputProcessor> processor_;
+  // Overlap only: the step that ran last, its results not applied yet, and the carry that
+  // fills the next step's placeholders with what it sampled.
+  struct ExecutedStep {
+    StepInput input;
+    StepOutput output;
+  };
+  std::vector<RequestUpdate> run_overlapped();
+  void execute(StepInput input);
+  bool overlap_ = false;
+  std::optional<ExecutedStep> executed_;
+  SampledTokenCarry carry_;
   uint64_t next_request_id_ = 1;
   uint64_t seed_state_;
 };

@@ -84,12 +84,48 @@ int Scheduler::max_running_seqs(const SequenceGroup& group) const {
 int Scheduler::num_decode_seqs(SequenceGroup& group) {
   int decodes = 0;
   for (Sequence* seq : group.live()) {
-    if (blocks_.has_sequence(seq->seq_id) &&
+    if (blocks_.has_sequence(seq->seq_id) && !ends_with_pending_sample(group, *seq) &&
         group.num_tokens(*seq) - seq->num_computed_tokens == 1) {
       ++decodes;
     }
   }
   return decodes;
+}
+
+bool Scheduler::ends_with_pending_sample(const SequenceGroup& group, const Sequence& seq) const {
+  if (seq.num_pending_samples == 0) return false;
+  const int num_out = static_cast<int>(seq.output_token_ids.size()) + seq.num_pending_samples;
+  return num_out >= group.sampling.max_tokens || group.num_tokens(seq) >= config_.max_model_len;
+}
+
+bool Scheduler::is_in_flight(uint64_t seq_id) const {
+  for (const InFlightStep& step : in_flight_) {
+    if (std::find(step.seq_ids.begin(), step.seq_ids.end(), seq_id) != step.seq_ids.end()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Scheduler::can_schedule() const {
+  if (in_flight_.empty()) return true;
+  return in_flight_.size() == 1 && in_flight_.front().next_can_be_planned;
+}
+
+void Scheduler::register_in_flight(const StepInput& step) {
+  InFlightStep entry;
+  entry.step_id = step.step_id;
+  for (const ScheduledSequence& scheduled : step.seqs) {
+    entry.seq_ids.push_back(scheduled.seq_id);
+    if (!scheduled.sample) continue;
+    const SequenceGroup& group = groups_.at(scheduled.request_id);
+    // update() forks this prompt into best_of children, or selects and forks beams: the next
+    // plan depends on what it samples.
+    if (group.is_beam_search() || (!group.forked && group.sampling.num_sequences() > 1)) {
+      entry.next_can_be_planned = false;
+    }
+  }
+  in_flight_.push_back(std::move(entry));
 }
 
 int Scheduler::free_blocks(const Budget& budget) const {
@@ -167,7 +203,8 @@ Scheduler::PlannedGroup Scheduler::plan_group(SequenceGroup& group, int token_bu
 std::vector<const Sequence*> Scheduler::plan_order(const SequenceGroup& group) const {
   std::vector<const Sequence*> order;
   for (const Sequence& seq : group.seqs) {
-    if (!seq.finished()) order.push_back(&seq);
+    // A sequence whose sample in flight ends it has nothing left to compute.
+    if (!seq.finished() && !ends_with_pending_sample(group, seq)) order.push_back(&seq);
   }
   auto uncomputed = [&](const Sequence* s) {
     return blocks_.has_sequence(s->seq_id) ? group.num_tokens(*s) - s->num_computed_tokens
@@ -210,6 +247,11 @@ bool Scheduler::plan_running(StepInput& step, std::vector<PlannedGroup>& plans, 
     bool dropped = false;
     while (min_blocks_to_progress(group, budget.tokens) > free_blocks(budget)) {
       SequenceGroup& victim = groups_.at(running_.back());
+      if (&victim == &group && running_.size() == 1 && !in_flight_.empty()) {
+        // A step in flight may yet end sequences and return blocks: decide after its update.
+        dropped = true;
+        break;
+      }
       if (&victim == &group && running_.size() == 1) {
         // Alone in the pool and still short: no preemption can ever make it fit.
         fail(group, FinishReason::kError,
@@ -251,6 +293,7 @@ int Scheduler::blocks_to_resume(SequenceGroup& group) const {
 void Scheduler::resume_swapped(StepInput& step, std::vector<PlannedGroup>& plans, Budget& budget) {
   while (!swapped_.empty() && budget.tokens > 0) {
     SequenceGroup& group = groups_.at(swapped_.front());
+    if (group.has_pending_samples()) break;  // swapped out while sampling: its token comes first
     if (budget.num_seqs + group.num_live() > config_.max_num_seqs) break;
     // The swap-in plus one new block per sequence for the token this step computes.
     const int need = blocks_to_resume(group) + group.num_live();
@@ -284,6 +327,7 @@ bool Scheduler::can_never_run(SequenceGroup& group) {
 void Scheduler::admit_waiting(std::vector<PlannedGroup>& plans, Budget& budget) {
   while (!waiting_.empty() && budget.tokens > 0) {
     SequenceGroup& group = groups_.at(waiting_.front());
+    if (group.has_pending_samples()) break;  // preempted while sampling: its token comes first
     if (can_never_run(group)) continue;
     if (budget.num_seqs + max_running_seqs(group) > config_.max_num_seqs) break;
     PlannedGroup plan = plan_group(group, budget.tokens, free_blocks(budget), false);
@@ -340,6 +384,10 @@ ScheduledSequence Scheduler::run_seq(SequenceGroup& group, Sequence& seq, const 
   const std::vector<int32_t> tokens = group.tokens(seq);
   const int total = static_cast<int>(tokens.size());
   if (planned.allocate) {
+    if (seq.num_pending_samples > 0) {
+      throw std::logic_error("Scheduler: allocating sequence " + std::to_string(seq.seq_id) +
+                             " before its pending sample is known");
+    }
     // Only the tokens this step computes (see the file comment). Hits found now may differ
     // from the plan's when this step published or evicted blocks since: fewer new tokens then.
     const int end = std::min(planned.num_hit_tokens + planned.num_tokens, total);
@@ -354,7 +402,10 @@ ScheduledSequence Scheduler::run_seq(SequenceGroup& group, Sequence& seq, const 
     scheduled.new_token_ids.assign(tokens.begin() + start,
                                    tokens.begin() + start + planned.num_tokens);
     for (int32_t token : scheduled.new_token_ids) {
-      const std::vector<cache::BlockCopy> copies = blocks_.append_token(seq.seq_id, token);
+      // The token the step in flight samples: its block is hashed when update() knows it.
+      const std::vector<cache::BlockCopy> copies = token == kPlaceholderToken
+                                                       ? blocks_.append_pending_token(seq.seq_id)
+                                                       : blocks_.append_token(seq.seq_id, token);
       step.block_copies.insert(step.block_copies.end(), copies.begin(), copies.end());
     }
   }
@@ -366,15 +417,18 @@ ScheduledSequence Scheduler::run_seq(SequenceGroup& group, Sequence& seq, const 
   if (!scheduled.sample) return scheduled;
 
   scheduled.sampling = group.sampling;
-  scheduled.sample_step = seq.output_token_ids.size();
+  const int num_out = static_cast<int>(seq.output_token_ids.size()) + seq.num_pending_samples;
+  scheduled.sample_step = static_cast<uint64_t>(num_out);
   if (group.sampling.has_penalties()) {
     if (group.sampling.repetition_penalty != 1.0f)
       scheduled.penalty_prompt_ids = group.prompt_token_ids;
     scheduled.penalty_output_ids = seq.output_token_ids;
+    scheduled.penalty_output_ids.insert(scheduled.penalty_output_ids.end(), seq.num_pending_samples,
+                                        kPlaceholderToken);
   }
   // Until min_tokens exist, the tokens that would end the sequence cannot be drawn (vLLM's
   // min-tokens logits processor), rather than being drawn and then ignored.
-  if (static_cast<int>(seq.output_token_ids.size()) < group.sampling.min_tokens) {
+  if (num_out < group.sampling.min_tokens) {
     scheduled.banned_token_ids = group.sampling.stop_token_ids;
     if (!group.sampling.ignore_eos) {
       scheduled.banned_token_ids.insert(scheduled.banned_token_ids.end(),
@@ -401,11 +455,19 @@ void Scheduler::execute_plan(StepInput& step, const std::vector<PlannedGroup>& p
     for (const PlannedSeq& planned : plan.seqs) {
       Sequence* seq = group.find(planned.seq_id);
       step.seqs.push_back(run_seq(group, *seq, planned, step));
+      // The step's tokens count as computed from now on, and its sample as pending, so that
+      // the next step can be planned before this one's update().
+      seq->num_computed_tokens += static_cast<int>(step.seqs.back().new_token_ids.size());
+      if (step.seqs.back().sample) ++seq->num_pending_samples;
     }
   }
 }
 
 StepInput Scheduler::schedule() {
+  if (!can_schedule()) {
+    throw std::logic_error(
+        "Scheduler::schedule: the step in flight must be updated before another is planned");
+  }
   StepInput step;
   step.step_id = next_step_id_++;
   ++stats_.num_steps;
@@ -423,6 +485,7 @@ StepInput Scheduler::schedule() {
     if (swapped_.empty()) admit_waiting(plans, budget);
   }
   execute_plan(step, plans);
+  if (!step.seqs.empty()) register_in_flight(step);
   stats_.peak_used_blocks = std::max(stats_.peak_used_blocks, blocks_.num_used_device_blocks());
   return step;
 }

@@ -9,12 +9,29 @@
 // executor's output: sampling, forking a prompt into best_of children, beam search selection,
 // token-level stop checks. Stop strings are the OutputProcessor's (it calls stop_sequence).
 // No I/O, no threads, no clock: the engine (and later the scheduler actor) drives it.
+//
+// Overlap scheduling (vLLM's async scheduling, SGLang's overlap scheduler): schedule() may be
+// called again while the step it returned last is still running, before its update(), when
+// can_schedule() says so. Every step is "in flight" from schedule() to its update(). A
+// sequence that samples in a step in flight continues in the next step with a placeholder for
+// that sample (kPlaceholderToken; its slot is reserved with BlockManager::append_pending_token
+// and its block hashed once update() resolves it); one that will certainly end with that
+// sample (max_tokens, max_model_len) is not planned again. A sequence that ends while it is
+// still part of a step in flight (EOS, stop, abort) keeps its blocks until every such step
+// has been updated: its output there is discarded, and the executor may still be writing
+// those blocks. Preemption frees or swaps out at once even then: every later use of those
+// blocks (reallocation, the swap-out copy) belongs to a later step, which the executor runs
+// only after the running one. Plans that depend on a step's outcome are not made ahead:
+// can_schedule() is false while a step in flight samples a prompt that forks into best_of
+// children or a beam search step (forks and beam selection happen in update()); the caller
+// then waits for that step, as a synchronous loop does.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -102,10 +119,17 @@ class Scheduler {
   std::optional<RequestUpdate> stop_sequence(uint64_t request_id, int index);
   bool has_unfinished() const;
 
+  // Whether schedule() may be called now: no step in flight, or one whose outcome the next
+  // plan does not depend on (see the class comment). At most two steps are ever in flight.
+  bool can_schedule() const;
+  size_t num_steps_in_flight() const { return in_flight_.size(); }
   // Decides the next step. Requests that can never run (e.g. a prompt larger than the whole KV
-  // pool) are finished with an error and reported by the next update().
+  // pool) are finished with an error and reported by the next update(). Throws
+  // std::logic_error when !can_schedule(). A step with sequences is in flight until update().
   StepInput schedule();
-  // Applies the executor's output for the step schedule() returned.
+  // Applies the executor's output for a step schedule() returned; steps are updated in the
+  // order they were scheduled. A step with no sequences only reports requests finished outside
+  // a step. Throws std::logic_error for a step that is not in flight.
   std::vector<RequestUpdate> update(const StepInput& input, const StepOutput& output);
 
   const cache::BlockManager& block_manager() const { return blocks_; }
@@ -155,6 +179,10 @@ class Scheduler {
   void preempt(SequenceGroup& group, StepInput& step);
   int num_decode_seqs(SequenceGroup& group);
   int max_running_seqs(const SequenceGroup& group) const;
+  // True when the sample a step in flight draws for `seq` ends it whatever its value.
+  bool ends_with_pending_sample(const SequenceGroup& group, const Sequence& seq) const;
+  bool is_in_flight(uint64_t seq_id) const;
+  void register_in_flight(const StepInput& step);
 
   // ---- update (scheduler_update.cpp) ----
   RequestUpdate sample_step(SequenceGroup& group, const StepInput& input, const StepOutput& output,
@@ -180,6 +208,14 @@ class Scheduler {
   std::deque<uint64_t> swapped_;        // resumed front first, before any new admission
   std::vector<uint64_t> running_;       // in admission order; the last is preempted first
   std::vector<RequestUpdate> pending_;  // finished outside a step (abort, error)
+  struct InFlightStep {
+    uint64_t step_id = 0;
+    std::vector<uint64_t> seq_ids;
+    bool next_can_be_planned = true;  // no fork or beam selection depends on its outcome
+  };
+  std::deque<InFlightStep> in_flight_;  // scheduled, not yet updated; oldest first
+  // Finished sequences whose blocks wait for the steps in flight that contain them.
+  std::set<uint64_t> deferred_frees_;
   uint64_t next_step_id_ = 0;
   uint64_t next_seq_id_ = 1;
   SchedulerStats stats_;

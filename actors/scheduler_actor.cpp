@@ -1,10 +1,15 @@
 // SchedulerActor: the step loop around the pure Scheduler. The one place in the actor system
 // that uses the Scheduler's own types; everything it sends out is a runtime message.
 //
-// Overlap: when step N's result arrives the actor applies it (update), schedules step N+1 and
-// hands it to the executor at once, and only then forwards step N's tokens to the tokenizer
-// and handles arrivals and aborts, all while the executor computes step N+1. With overlap off
-// it first waits until step N's tokens reached the clients, as a synchronous loop would.
+// Overlap (EngineOptions::overlap): as soon as step N is handed to the executor, the actor
+// plans step N+1 with the Scheduler's overlap protocol (placeholders for N's samples, see
+// scheduler.h) and queues it behind N, so the executor goes from N straight to N+1. When N's
+// result arrives the actor applies it, plans N+2 and queues it, forwards N's tokens to the
+// tokenizer and handles arrivals and aborts, all while the executor computes N+1. At most two
+// steps are outstanding. When N's outcome decides the next plan (a prompt forking into best_of
+// children, a beam search step) Scheduler::can_schedule() is false and the actor waits for N,
+// as the synchronous loop does. With overlap off it runs one step at a time and, before
+// planning the next, waits until the last step's tokens reached the clients.
 #include "actors/scheduler_actor.h"
 
 #include <atomic>
@@ -30,8 +35,9 @@ struct SchedulerActor::State {
   void on_message(runtime::CheckAborts& check);
   void on_message(runtime::StepDone& done);
   void sweep_aborts();
-  // Schedules and launches a step if the executor is idle; flushes steps with nothing to run.
-  void launch_step(bool continues_previous_step);
+  // Schedules and launches steps while fewer than the limit are outstanding (1, or 2 with
+  // overlap) and the Scheduler allows; flushes steps with nothing to run.
+  void launch_steps(bool continues_previous_step);
   void collect(std::vector<RequestUpdate> updates);
   void publish_stats();
   // Sends the collected deltas to the tokenizer; with wait_for_delivery, until they reached
@@ -52,7 +58,7 @@ struct SchedulerActor::State {
   std::unordered_map<uint64_t, LiveRequest> live;    // added and not yet reported finished
   std::unordered_map<uint64_t, std::string> failed;  // aborted because the executor failed
   std::vector<runtime::OutputDelta> outbox;
-  bool executor_busy = false;
+  int steps_outstanding = 0;               // sent to the executor, StepDone not received yet
   std::atomic<bool> abort_pending{false};  // set by any thread, cleared by this one
   const uint64_t seed_state = std::random_device{}();
   int64_t num_generated_tokens = 0;
@@ -98,7 +104,7 @@ runtime::Task<void> SchedulerActor::State::run() {
     try {
       std::visit([this](auto& m) { on_message(m); }, message);
       if (abort_pending.exchange(false)) sweep_aborts();
-      if (config.overlap) launch_step(step_finished);
+      if (config.overlap) launch_steps(step_finished);
     } catch (const std::exception& e) {
       // A Scheduler precondition failed: a bug. Keep serving the other requests.
       std::fprintf(stderr, "pagedserve: scheduler actor: %s\n", e.what());
@@ -106,7 +112,7 @@ runtime::Task<void> SchedulerActor::State::run() {
     publish_stats();
     co_await forward_deltas(!config.overlap);
     if (!config.overlap) {
-      launch_step(step_finished);
+      launch_steps(step_finished);
       publish_stats();
       co_await forward_deltas(true);
     }
@@ -146,7 +152,7 @@ void SchedulerActor::State::on_message(runtime::AddRequest& add) {
 void SchedulerActor::State::on_message(runtime::CheckAborts&) { abort_pending.store(true); }
 
 void SchedulerActor::State::on_message(runtime::StepDone& done) {
-  executor_busy = false;
+  --steps_outstanding;
   if (!done.error.empty()) {
     for (const ScheduledSequence& seq : done.input.seqs) {
       if (!live.count(seq.request_id)) continue;
@@ -163,31 +169,46 @@ void SchedulerActor::State::sweep_aborts() {
   }
 }
 
-void SchedulerActor::State::launch_step(bool continues_previous_step) {
-  // Twice at most: a first schedule() may only flush aborts (an empty step).
-  for (int attempt = 0; attempt < 2 && !executor_busy && scheduler.has_unfinished(); ++attempt) {
+void SchedulerActor::State::launch_steps(bool continues_previous_step) {
+  const int max_outstanding = config.overlap ? 2 : 1;
+  // A few rounds at most: a schedule() may only flush aborts (an empty step).
+  for (int attempt = 0; attempt < 3 && steps_outstanding < max_outstanding &&
+                        scheduler.has_unfinished() && scheduler.can_schedule();
+       ++attempt) {
     StepInput input = scheduler.schedule();
     if (input.seqs.empty()) {
       StepOutput nothing;
       nothing.step_id = input.step_id;
       collect(scheduler.update(input, nothing));
+      if (steps_outstanding > 0) return;  // the running step's outcome comes first
       continue;
     }
     std::vector<uint64_t> ids;
     for (const ScheduledSequence& seq : input.seqs) ids.push_back(seq.request_id);
     runtime::ExecuteStep step;
+    // A step queued behind a running one starts the moment that one ends.
+    step.continues_previous_step = continues_previous_step || steps_outstanding > 0;
+    const uint64_t step_id = input.step_id;
+    const size_t num_seqs = input.seqs.size();
     step.input = std::move(input);
-    step.continues_previous_step = continues_previous_step;
-    // Capacity 1 and the executor idle: the channel is empty unless it was closed.
+    // Capacity 2, at most 2 outstanding: the channel has room unless it was closed.
     if (executor_inbox.try_send(boost::system::error_code{}, std::move(step))) {
-      executor_busy = true;
-      return;
+      ++steps_outstanding;
+      continue;
     }
     for (uint64_t id : ids) {
       failed[id] = "the engine is shutting down";
       scheduler.abort(id);
     }
-    collect(scheduler.update(StepInput{}, StepOutput{}));
+    // The step never ran: retire it with empty results (every one of its requests is failed).
+    StepInput never_ran;
+    never_ran.step_id = step_id;
+    never_ran.seqs.resize(num_seqs);
+    for (size_t i = 0; i < num_seqs; ++i) never_ran.seqs[i].request_id = ids[i];
+    StepOutput none;
+    none.step_id = step_id;
+    none.seqs.resize(num_seqs);
+    collect(scheduler.update(never_ran, none));
     return;
   }
 }

@@ -16,22 +16,30 @@ std::vector<RequestUpdate> Scheduler::update(const StepInput& input, const StepO
                            std::to_string(output.seqs.size()) + " sequences, the step " +
                            std::to_string(input.seqs.size()));
   }
+  if (!input.seqs.empty()) {
+    auto step = std::find_if(in_flight_.begin(), in_flight_.end(),
+                             [&](const InFlightStep& s) { return s.step_id == input.step_id; });
+    if (step == in_flight_.end()) {
+      throw std::logic_error("Scheduler::update: step " + std::to_string(input.step_id) +
+                             " is not in flight");
+    }
+    in_flight_.erase(step);
+  }
   // Requests finished outside a step (aborts, errors found by schedule()) report first.
   std::vector<RequestUpdate> updates = std::move(pending_);
   pending_.clear();
 
-  // Advance every sequence's computed tokens; collect the sampled rows per request, in order.
+  // Collect the sampled rows per request, in order (computed tokens advanced in schedule()).
   std::vector<uint64_t> order;
   std::map<uint64_t, std::vector<size_t>> rows;
   for (size_t i = 0; i < input.seqs.size(); ++i) {
     const ScheduledSequence& scheduled = input.seqs[i];
     auto it = groups_.find(scheduled.request_id);
-    if (it == groups_.end()) continue;  // aborted while the step ran
+    if (it == groups_.end()) continue;  // aborted or finished while the step ran
     Sequence* seq = it->second.find(scheduled.seq_id);
-    if (seq == nullptr) continue;  // stopped while the step ran
-    seq->num_computed_tokens =
-        scheduled.num_computed_tokens + static_cast<int>(scheduled.new_token_ids.size());
+    if (seq == nullptr) continue;  // ended while the step ran (its output is discarded)
     if (!scheduled.sample) continue;
+    --seq->num_pending_samples;  // known now: append_sample adds it to the outputs
     auto [entry, inserted] = rows.try_emplace(scheduled.request_id);
     if (inserted) order.push_back(scheduled.request_id);
     entry->second.push_back(i);
@@ -43,6 +51,16 @@ std::vector<RequestUpdate> Scheduler::update(const StepInput& input, const StepO
                                                   : sample_step(group, input, output, rows[id]);
     if (group.num_live() == 0) finish_group(group, update);
     updates.push_back(std::move(update));
+  }
+
+  // Blocks of sequences that ended while in this step are free once no step in flight uses them.
+  for (auto it = deferred_frees_.begin(); it != deferred_frees_.end();) {
+    if (is_in_flight(*it)) {
+      ++it;
+      continue;
+    }
+    if (blocks_.has_sequence(*it)) blocks_.free(*it);
+    it = deferred_frees_.erase(it);
   }
   return updates;
 }
@@ -81,6 +99,10 @@ void Scheduler::append_sample(SequenceGroup& group, Sequence& seq,
                               const model::TokenLogprob& sample, RequestUpdate& update) {
   seq.output_token_ids.push_back(sample.token_id);
   seq.cumulative_logprob += sample.logprob;
+  // The step planned ahead reserved this token's slot before its value was known.
+  if (blocks_.has_sequence(seq.seq_id) && blocks_.has_pending_token(seq.seq_id)) {
+    blocks_.resolve_pending_token(seq.seq_id, sample.token_id);
+  }
   seq.finish_reason = check_stop(group, seq);
   if (seq.finished()) free_seq(seq);
   SequenceUpdate change;
@@ -171,7 +193,9 @@ FinishReason Scheduler::check_stop(const SequenceGroup& group, const Sequence& s
     if (!params.ignore_eos && is_eos(last)) return FinishReason::kStop;
   }
   if (num_out >= params.max_tokens) return FinishReason::kLength;
-  if (group.num_tokens(seq) >= config_.max_model_len) return FinishReason::kLength;
+  // Known tokens only: a sample a later step in flight draws is not this one's.
+  const int num_known = static_cast<int>(group.prompt_token_ids.size()) + num_out;
+  if (num_known >= config_.max_model_len) return FinishReason::kLength;
   return FinishReason::kNone;
 }
 
@@ -210,7 +234,13 @@ std::vector<CompletedSequence> Scheduler::final_outputs(SequenceGroup& group) co
 }
 
 void Scheduler::free_seq(Sequence& seq) {
-  if (seq.seq_id != 0 && blocks_.has_sequence(seq.seq_id)) blocks_.free(seq.seq_id);
+  if (seq.seq_id == 0 || !blocks_.has_sequence(seq.seq_id)) return;
+  // Still part of a step in flight (overlap): the executor may be writing its blocks.
+  if (is_in_flight(seq.seq_id)) {
+    deferred_frees_.insert(seq.seq_id);
+    return;
+  }
+  blocks_.free(seq.seq_id);
 }
 
 RequestUpdate Scheduler::new_update(const SequenceGroup& group) const {

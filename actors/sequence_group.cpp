@@ -43,7 +43,15 @@ Sequence* SequenceGroup::find(uint64_t seq_id) {
 std::vector<int32_t> SequenceGroup::tokens(const Sequence& seq) const {
   std::vector<int32_t> out(prompt_token_ids);
   out.insert(out.end(), seq.output_token_ids.begin(), seq.output_token_ids.end());
+  out.insert(out.end(), seq.num_pending_samples, kPlaceholderToken);
   return out;
+}
+
+bool SequenceGroup::has_pending_samples() const {
+  for (const Sequence& seq : seqs) {
+    if (!seq.finished() && seq.num_pending_samples > 0) return true;
+  }
+  return false;
 }
 
 uint64_t sequence_seed(uint64_t request_seed, int index) {

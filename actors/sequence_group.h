@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "actors/step_messages.h"
 #include "model/sampling_params.h"
 
 namespace pagedserve::actors {
@@ -26,7 +27,13 @@ struct Sequence {
   int index = 0;        // place in the request: its RNG stream and its output index
   std::vector<int32_t> output_token_ids;
   double cumulative_logprob = 0.0;  // sum of the sampled tokens' logprobs (model/sampler.h)
-  int num_computed_tokens = 0;      // tokens whose K/V are in the cache; 0 while waiting
+  // Tokens whose K/V are in the cache or being computed by a scheduled step; 0 while waiting.
+  int num_computed_tokens = 0;
+  // Tokens sampled by scheduled steps whose values are not known yet (at most 1 when a step is
+  // planned, 2 between planning a step ahead and updating the one before): they count in
+  // num_tokens and appear as kPlaceholderToken in tokens(), so the next step can be planned
+  // while that one runs (overlap scheduling).
+  int num_pending_samples = 0;
   FinishReason finish_reason = FinishReason::kNone;
 
   bool finished() const { return finish_reason != FinishReason::kNone; }
@@ -50,9 +57,12 @@ struct SequenceGroup {
   std::vector<Sequence*> live();
   Sequence* find(uint64_t seq_id);
   int num_tokens(const Sequence& seq) const {
-    return static_cast<int>(prompt_token_ids.size() + seq.output_token_ids.size());
+    return static_cast<int>(prompt_token_ids.size() + seq.output_token_ids.size()) +
+           seq.num_pending_samples;
   }
-  std::vector<int32_t> tokens(const Sequence& seq) const;  // prompt + outputs
+  // prompt + outputs + a kPlaceholderToken per pending sample
+  std::vector<int32_t> tokens(const Sequence& seq) const;
+  bool has_pending_samples() const;  // some live sequence waits for a running step's sample
 };
 
 // The RNG stream of sequence `index`: index 0 keeps the request's seed, so n = 1 requests draw

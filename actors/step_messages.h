@@ -12,11 +12,18 @@
 
 namespace pagedserve::actors {
 
+// Overlap scheduling: step N+1 is planned while step N runs, so a sequence that samples in N
+// continues in N+1 with this placeholder where N's token goes (in new_token_ids and
+// penalty_output_ids). The executor replaces it with the token it sampled for that same
+// sequence in the previous step (SampledTokenCarry) before running the step. Never a real
+// vocabulary id.
+inline constexpr int32_t kPlaceholderToken = -1;
+
 // One sequence's share of a step.
 struct ScheduledSequence {
   uint64_t request_id = 0;             // the request (sequence group) the sequence belongs to
   uint64_t seq_id = 0;                 // the block manager's id for this sequence
-  std::vector<int32_t> new_token_ids;  // tokens whose K/V this step computes
+  std::vector<int32_t> new_token_ids;  // tokens whose K/V this step computes (see above)
   int num_computed_tokens = 0;         // tokens already in the cache before this step
   std::vector<int32_t> block_table;    // device blocks covering all computed + new tokens
   bool sample = false;                 // logits wanted: false for a prompt chunk that is not last

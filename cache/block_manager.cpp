@@ -224,12 +224,27 @@ AllocationResult BlockManager::allocate(SeqId seq, std::span<const int32_t> prom
 }
 
 std::vector<BlockCopy> BlockManager::append_token(SeqId seq, int32_t token) {
-  Sequence& s = device_sequence(seq, "append_token");
+  return append_slot(seq, token, /*pending=*/false, "append_token");
+}
+
+std::vector<BlockCopy> BlockManager::append_pending_token(SeqId seq) {
+  // The placeholder never reaches a hash: hash_full_tail runs only once it is replaced.
+  return append_slot(seq, /*token=*/-1, /*pending=*/true, "append_pending_token");
+}
+
+std::vector<BlockCopy> BlockManager::append_slot(SeqId seq, int32_t token, bool pending,
+                                                 const char* op) {
+  Sequence& s = device_sequence(seq, op);
+  if (s.pending) {
+    throw std::logic_error(std::string("BlockManager::") + op + ": " + seq_name(seq) +
+                           " still has a pending token");
+  }
   std::vector<BlockCopy> copies;
   const int offset = s.num_tokens % block_size_;  // slot of the new token in its block
   if (offset == 0 || device_.block(s.blocks.back()).ref_count > 1) {
     if (device_.num_free_blocks() == 0) {
-      throw std::runtime_error("BlockManager::append_token: no free block for " + seq_name(seq));
+      throw std::runtime_error(std::string("BlockManager::") + op + ": no free block for " +
+                               seq_name(seq));
     }
   }
   if (offset == 0) {
@@ -245,20 +260,39 @@ std::vector<BlockCopy> BlockManager::append_token(SeqId seq, int32_t token) {
     device_.set_num_tokens(last, offset + 1);
   }
   ++s.num_tokens;
+  s.pending = pending;
 
   if (enable_prefix_caching_) {
     s.tail_tokens.push_back(token);
-    if (static_cast<int>(s.tail_tokens.size()) == block_size_) {
-      const bool first = s.block_hashes.empty();
-      const BlockHash hash =
-          hash_block(first ? kRootBlockHash : s.block_hashes.back(), s.tail_tokens,
-                     first ? std::string_view(s.cache_salt) : std::string_view{});
-      s.block_hashes.push_back(hash);
-      device_.cache(s.blocks.back(), hash);
-      s.tail_tokens.clear();
-    }
+    if (!pending && static_cast<int>(s.tail_tokens.size()) == block_size_) hash_full_tail(s);
   }
   return copies;
+}
+
+void BlockManager::hash_full_tail(Sequence& s) {
+  const bool first = s.block_hashes.empty();
+  const BlockHash hash = hash_block(first ? kRootBlockHash : s.block_hashes.back(), s.tail_tokens,
+                                    first ? std::string_view(s.cache_salt) : std::string_view{});
+  s.block_hashes.push_back(hash);
+  device_.cache(s.blocks.back(), hash);
+  s.tail_tokens.clear();
+}
+
+void BlockManager::resolve_pending_token(SeqId seq, int32_t token) {
+  Sequence& s = device_sequence(seq, "resolve_pending_token");
+  if (!s.pending) {
+    throw std::logic_error("BlockManager::resolve_pending_token: " + seq_name(seq) +
+                           " has no pending token");
+  }
+  s.pending = false;
+  if (!enable_prefix_caching_) return;
+  // Nothing was appended after the pending token, so it is the tail's last, in the last block.
+  s.tail_tokens.back() = token;
+  if (static_cast<int>(s.tail_tokens.size()) == block_size_) hash_full_tail(s);
+}
+
+bool BlockManager::has_pending_token(SeqId seq) const {
+  return sequence(seq, "has_pending_token").pending;
 }
 
 void BlockManager::fork(SeqId parent, SeqId child) {
@@ -266,6 +300,9 @@ void BlockManager::fork(SeqId parent, SeqId child) {
     throw std::logic_error("BlockManager::fork: child " + seq_name(child) + " already exists");
   }
   Sequence copy = device_sequence(parent, "fork");
+  if (copy.pending) {
+    throw std::logic_error("BlockManager::fork: " + seq_name(parent) + " has a pending token");
+  }
   for (BlockId id : copy.blocks) device_.acquire(id);
   seqs_.emplace(child, std::move(copy));
 }
@@ -287,6 +324,9 @@ void BlockManager::free(SeqId seq) {
 
 std::vector<BlockCopy> BlockManager::swap_out(SeqId seq) {
   Sequence& s = device_sequence(seq, "swap_out");
+  if (s.pending) {
+    throw std::logic_error("BlockManager::swap_out: " + seq_name(seq) + " has a pending token");
+  }
   const int take = num_cpu_blocks_to_take(s);
   if (take > cpu_.num_free_blocks()) {
     throw std::runtime_error("BlockManager::swap_out: " + seq_name(seq) + " needs " +

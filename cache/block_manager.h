@@ -14,6 +14,9 @@
 // That is safe when those tokens are computed in the very next step (a sequence that reuses
 // the block in the same step reads it only after the layer has written it), which is how the
 // scheduler runs prompts today; chunked prefill would need hashing to trail computation.
+// With overlap scheduling a step may hold the slot of a token the running step has not sampled
+// yet (append_pending_token): a block that token fills is hashed only once resolve_pending_token
+// names it, so the prefix cache never indexes a block under a guessed token.
 #pragma once
 
 #include <cstdint>
@@ -80,6 +83,16 @@ class BlockManager {
   // filled. Hashes the last block when this token fills it. Throws std::logic_error for an
   // unknown or swapped-out seq, std::runtime_error when a block is needed and none is free.
   std::vector<BlockCopy> append_token(SeqId seq, int32_t token);
+  // Overlap scheduling: reserves the slot (as append_token does) for a token that the step now
+  // running has yet to sample, so the next step can be planned before that token is known. The
+  // block the token fills is not hashed until resolve_pending_token. At most one pending token
+  // per sequence: append_*, fork and swap_out throw std::logic_error while one is unresolved
+  // (free is fine: the unresolved block is simply never published).
+  std::vector<BlockCopy> append_pending_token(SeqId seq);
+  // The pending token became known: records it and, if it filled its block, hashes and
+  // publishes that block. Throws std::logic_error when the sequence has no pending token.
+  void resolve_pending_token(SeqId seq, int32_t token);
+  bool has_pending_token(SeqId seq) const;
   // `child` shares every block of `parent` (ref counts + 1). Both must be on the device.
   void fork(SeqId parent, SeqId child);
   // Finish or abort, on the device or swapped out. Full hashed blocks become cached-free.
@@ -126,11 +139,18 @@ class BlockManager {
   struct Sequence {
     std::vector<BlockId> blocks;          // device ids, or CPU ids while swapped
     std::vector<BlockHash> block_hashes;  // one per full block (prefix caching only)
-    std::vector<int32_t> tail_tokens;     // tokens of the partial last block (caching only)
-    std::string cache_salt;               // hashed into the first block
+    // Tokens of the partial last block (caching only); a full block while its last token is
+    // pending (then the slot holds a placeholder and the block is not hashed yet).
+    std::vector<int32_t> tail_tokens;
+    std::string cache_salt;  // hashed into the first block
     int num_tokens = 0;
     bool swapped = false;
+    bool pending = false;  // the last token's value is not known yet (append_pending_token)
   };
+
+  // append_token's work; `pending`: the token is a placeholder, hashing waits for its value.
+  std::vector<BlockCopy> append_slot(SeqId seq, int32_t token, bool pending, const char* op);
+  void hash_full_tail(Sequence& s);
 
   // The prompt's full-block hashes, computed once per prompt: can_allocate and the allocate
   // that follows it share them through this one-entry memo (checked by content, not address).

@@ -1,13 +1,18 @@
 // Scheduler policy without a model: a fake executor that keeps, for every KV slot, the token
 // whose K/V it holds (moving them on swaps and copy-on-write copies), and checks that every
 // sequence reads exactly its own tokens. Pins exact decisions (budget splits, chunk sizes, who
-// is preempted, swapped before new) and runs random workloads through every mode.
+// is preempted, swapped before new) and runs random workloads through every mode, with and
+// without overlap scheduling (the next step planned before the last one's update, with
+// placeholders the executor fills in).
 #include "actors/scheduler.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <random>
+
+#include "actors/sampled_token_carry.h"
 
 namespace pagedserve::actors {
 namespace {
@@ -53,17 +58,18 @@ class FakeExecutor {
       }
       if (!s.sample) continue;
       ++num_sampled_rows;
+      const int32_t last = expected[context - 1];
       for (uint64_t seed : s.sample_seeds) {
         // Deterministic in (seed, step, last token); never EOS.
         const int32_t token =
-            static_cast<int32_t>(
-                (seed * 7 + s.sample_step * 13 + static_cast<uint64_t>(expected.back())) % 400) +
+            static_cast<int32_t>((seed * 7 + s.sample_step * 13 + static_cast<uint64_t>(last)) %
+                                 400) +
             10;
         out.seqs[i].samples.push_back({token, -0.5f - static_cast<float>(seed % 7) * 0.1f});
       }
       for (int k = 0; k < s.num_top_logprobs; ++k) {
         out.seqs[i].top_logprobs.push_back(
-            {static_cast<int32_t>(10 + (expected.back() + k * 17) % 400), -0.3f - 0.4f * k});
+            {static_cast<int32_t>(10 + (last + k * 17) % 400), -0.3f - 0.4f * k});
       }
     }
     return out;
@@ -131,10 +137,50 @@ struct Harness {
     return input;
   }
 
+  // Overlap: plans step N+1 before applying step N (which already ran), then runs N+1 with
+  // its placeholders filled from N's samples, as LlmEngine's overlapped loop does.
+  void overlapped_step() {
+    if (!executed) {
+      if (!scheduler.has_unfinished()) return;
+      StepInput input = scheduler.schedule();
+      if (input.seqs.empty()) {
+        apply(input, StepOutput{});
+        return;
+      }
+      execute_ahead(std::move(input));
+    }
+    std::optional<StepInput> next;
+    if (scheduler.has_unfinished() && scheduler.can_schedule()) next = scheduler.schedule();
+    auto [input, output] = std::move(*executed);
+    executed.reset();
+    apply(input, output);
+    if (next && next->seqs.empty()) {
+      apply(*next, StepOutput{});
+    } else if (next) {
+      execute_ahead(std::move(*next));
+    }
+    EXPECT_EQ(scheduler.block_manager().check_invariants(), "");
+  }
+  void execute_ahead(StepInput input) {
+    carry.substitute(input);
+    StepOutput output = executor.execute(input);
+    carry.record(input, output);
+    executed.emplace(std::move(input), std::move(output));
+  }
+  void apply(const StepInput& input, const StepOutput& output) {
+    for (RequestUpdate& u : scheduler.update(input, output)) {
+      if (u.finished) finished[u.request_id] = std::move(u);
+    }
+  }
+
   void run() {
-    for (int guard = 0; scheduler.has_unfinished(); ++guard) {
+    for (int guard = 0; scheduler.has_unfinished() || executed; ++guard) {
       ASSERT_LT(guard, 100000) << "no progress";
-      step();
+      if (overlap) {
+        overlapped_step();
+      } else {
+        step();
+      }
     }
     const auto& blocks = scheduler.block_manager();
     EXPECT_EQ(blocks.num_free_device_blocks(), blocks.num_total_device_blocks());
@@ -144,6 +190,9 @@ struct Harness {
   Scheduler scheduler;
   FakeExecutor executor;
   std::map<uint64_t, RequestUpdate> finished;
+  bool overlap = false;
+  std::optional<std::pair<StepInput, StepOutput>> executed;  // overlap: ran, not applied
+  SampledTokenCarry carry;
 };
 
 std::vector<int32_t> prompt_of(int length, int32_t first) {
@@ -375,38 +424,56 @@ TEST(Scheduler, RandomWorkloadsKeepTheCacheConsistentInEveryMode) {
   for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
     for (bool prefix_caching : {true, false}) {
       for (int seed = 0; seed < 4; ++seed) {
-        SCOPED_TRACE(std::string(preemption_mode_name(mode)) + " caching " +
-                     std::to_string(prefix_caching) + " seed " + std::to_string(seed));
-        std::mt19937 rng(static_cast<unsigned>(seed));
-        SchedulerConfig config;
-        config.preemption_mode = mode;
-        config.max_num_batched_tokens = 8 + static_cast<int>(rng() % 40);
-        config.max_num_seqs = 16;
-        config.max_model_len = 96;
-        Harness h(32, 24, config, prefix_caching);
-        for (uint64_t id = 1; id <= 20; ++id) {
-          model::SamplingParams p = sampled(1 + static_cast<int>(rng() % 20));
-          const int kind = static_cast<int>(rng() % 6);
-          if (kind == 0) p.n = 2;
-          if (kind == 1) {
-            p.temperature = 0.0f;
-            p.use_beam_search = true;
-            p.n = 2;
-          }
-          // Shared starts give prefix hits.
-          h.add(id,
+        std::map<uint64_t, std::vector<std::vector<int32_t>>> outputs_by_mode[2];
+        for (bool overlap : {false, true}) {
+          SCOPED_TRACE(std::string(preemption_mode_name(mode)) + " caching " +
+                       std::to_string(prefix_caching) + " seed " + std::to_string(seed) +
+                       (overlap ? " overlap" : ""));
+          std::mt19937 rng(static_cast<unsigned>(seed));
+          SchedulerConfig config;
+          config.preemption_mode = mode;
+          config.max_num_batched_tokens = 8 + static_cast<int>(rng() % 40);
+          config.max_num_seqs = 16;
+          config.max_model_len = 96;
+          Harness h(32, 24, config, prefix_caching);
+          h.overlap = overlap;
+          for (uint64_t id = 1; id <= 20; ++id) {
+            model::SamplingParams p = sampled(1 + static_cast<int>(rng() % 20));
+            const int kind = static_cast<int>(rng() % 6);
+            if (kind == 0) p.n = 2;
+            if (kind == 1) {
+              p.temperature = 0.0f;
+              p.use_beam_search = true;
+              p.n = 2;
+            }
+            // Shared starts give prefix hits.
+            h.add(
+                id,
                 prompt_of(3 + static_cast<int>(rng() % 40), 100 + 10 * static_cast<int>(rng() % 3)),
                 p);
-          if (rng() % 3 == 0) h.step();
+            if (rng() % 3 == 0) {
+              if (overlap) {
+                h.overlapped_step();
+              } else {
+                h.step();
+              }
+            }
+          }
+          h.run();
+          EXPECT_EQ(h.finished.size(), 20u);
+          for (const auto& [id, u] : h.finished) {
+            EXPECT_TRUE(u.error.empty()) << id << ": " << u.error;
+          }
+          total.num_preemptions_swap += h.scheduler.stats().num_preemptions_swap;
+          total.num_preemptions_recompute += h.scheduler.stats().num_preemptions_recompute;
+          total.prefix_cache_hit_tokens += h.scheduler.stats().prefix_cache_hit_tokens;
+          for (const auto& [id, u] : h.finished) {
+            for (const CompletedSequence& c : u.outputs) {
+              outputs_by_mode[overlap][id].push_back(c.token_ids);
+            }
+          }
         }
-        h.run();
-        EXPECT_EQ(h.finished.size(), 20u);
-        for (const auto& [id, u] : h.finished) {
-          EXPECT_TRUE(u.error.empty()) << id << ": " << u.error;
-        }
-        total.num_preemptions_swap += h.scheduler.stats().num_preemptions_swap;
-        total.num_preemptions_recompute += h.scheduler.stats().num_preemptions_recompute;
-        total.prefix_cache_hit_tokens += h.scheduler.stats().prefix_cache_hit_tokens;
+        EXPECT_EQ(outputs_by_mode[1], outputs_by_mode[0]) << "overlap changes no output";
       }
     }
   }

@@ -219,6 +219,109 @@ TEST(BlockManager, BlocksFilledByDecodeAreHashedAndReusable) {
   EXPECT_EQ(bm.check_invariants(), "");
 }
 
+// ---- pending tokens (overlap scheduling) ----
+
+// A block filled by a token the running step has not sampled yet is not in the prefix cache
+// until the token is known; then it is indexed under the real token, exactly as if that
+// token had been appended directly (checked against a second, plainly appended sequence).
+TEST(BlockManager, ABlockFilledByAPendingTokenIsHashedOnlyOnceTheTokenIsKnown) {
+  BlockManager bm(config(4, 16));
+  bm.allocate(1, iota_tokens(3, 1));
+  EXPECT_FALSE(bm.has_pending_token(1));
+  EXPECT_TRUE(bm.append_pending_token(1).empty());  // the slot of token 4 fills block 0
+  EXPECT_TRUE(bm.has_pending_token(1));
+  EXPECT_EQ(bm.num_tokens(1), 4);
+  EXPECT_EQ(table(bm, 1), (Ids{0}));
+  EXPECT_EQ(bm.stats().num_hashed_blocks, 0) << "no hash for a guessed token";
+  EXPECT_EQ(bm.check_invariants(), "");
+  EXPECT_EQ(bm.cached_prefix_tokens(iota_tokens(5, 1)), 0);
+
+  bm.resolve_pending_token(1, 4);
+  EXPECT_FALSE(bm.has_pending_token(1));
+  EXPECT_EQ(bm.stats().num_hashed_blocks, 1);
+  EXPECT_EQ(bm.check_invariants(), "");
+  // The same hash an ordinary append of 1 2 3 4 gives: a prompt 1 2 3 4 5 hits block 0.
+  EXPECT_EQ(bm.allocate(2, iota_tokens(5, 1)).num_cached_tokens, 4);
+  EXPECT_EQ(table(bm, 2).front(), 0);
+  // A token other than the placeholder's real value would not have matched.
+  EXPECT_EQ(bm.cached_prefix_tokens(Tokens{1, 2, 3, 9, 5}), 0);
+  EXPECT_EQ(bm.check_invariants(), "");
+}
+
+TEST(BlockManager, APendingTokenInTheMiddleOfABlockHashesWithTheBlock) {
+  BlockManager bm(config(4, 16));
+  bm.allocate(1, iota_tokens(2, 1));
+  bm.append_pending_token(1);  // token 3, block 0 not full yet
+  bm.resolve_pending_token(1, 3);
+  EXPECT_EQ(bm.stats().num_hashed_blocks, 0);
+  bm.append_pending_token(1);  // token 4 fills block 0
+  EXPECT_EQ(bm.stats().num_hashed_blocks, 0);
+  bm.resolve_pending_token(1, 4);
+  bm.append_token(1, 5);  // the next block, as usual
+  EXPECT_EQ(table(bm, 1), (Ids{0, 1}));
+  EXPECT_EQ(bm.stats().num_hashed_blocks, 1);
+  EXPECT_EQ(bm.allocate(2, iota_tokens(5, 1)).num_cached_tokens, 4);
+  EXPECT_EQ(bm.check_invariants(), "");
+}
+
+// A sequence that finishes (or is aborted) before its pending token is known frees its blocks
+// and never publishes the unresolved one; every block comes back.
+TEST(BlockManager, FreeingWithAnUnresolvedPendingTokenPublishesNothing) {
+  BlockManager bm(config(4, 8));
+  bm.allocate(1, iota_tokens(7, 1));  // block 0 hashed, block 1 holds 3
+  bm.append_pending_token(1);
+  EXPECT_EQ(bm.stats().num_hashed_blocks, 1);
+  bm.free(1);
+  EXPECT_EQ(bm.num_free_device_blocks(), 8);
+  EXPECT_EQ(bm.stats().num_hashed_blocks, 1) << "only the prompt's full block stays cached";
+  EXPECT_EQ(bm.cached_prefix_tokens(iota_tokens(9, 1)), 4);
+  EXPECT_EQ(bm.check_invariants(), "");
+}
+
+TEST(BlockManager, APendingTokenTakesANewBlockOrCopiesASharedOneLikeAnAppend) {
+  BlockManager bm(config(4, 8));
+  bm.allocate(1, iota_tokens(4, 1));
+  EXPECT_TRUE(bm.append_pending_token(1).empty());
+  EXPECT_EQ(table(bm, 1), (Ids{0, 1}));  // a new block for slot 4
+  bm.resolve_pending_token(1, 5);
+  bm.fork(1, 2);  // share the partial block 1
+  const std::vector<BlockCopy> copies = bm.append_pending_token(2);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src, 1);
+  EXPECT_EQ(table(bm, 2), (Ids{0, copies[0].dst}));
+  bm.resolve_pending_token(2, 6);
+  EXPECT_EQ(bm.check_invariants(), "");
+}
+
+TEST(BlockManager, PendingTokenMisuseThrowsLogicError) {
+  BlockManager bm(config(4, 8, 8));
+  bm.allocate(1, iota_tokens(3, 1));
+  EXPECT_THROW(bm.resolve_pending_token(1, 4), std::logic_error) << "nothing pending";
+  EXPECT_THROW(bm.append_pending_token(9), std::logic_error);
+  EXPECT_THROW(bm.has_pending_token(9), std::logic_error);
+  bm.append_pending_token(1);
+  EXPECT_THROW(bm.append_pending_token(1), std::logic_error) << "one pending token at a time";
+  EXPECT_THROW(bm.append_token(1, 5), std::logic_error);
+  EXPECT_THROW(bm.fork(1, 2), std::logic_error);
+  EXPECT_THROW(bm.swap_out(1), std::logic_error);
+  EXPECT_EQ(bm.check_invariants(), "") << "a refused call changes nothing";
+  bm.resolve_pending_token(1, 4);
+  EXPECT_NO_THROW(bm.swap_out(1));
+  EXPECT_EQ(bm.check_invariants(), "");
+}
+
+TEST(BlockManager, PendingTokensWithoutPrefixCaching) {
+  BlockManager bm(config(4, 8, 0, /*caching=*/false));
+  bm.allocate(1, iota_tokens(3, 1));
+  bm.append_pending_token(1);
+  EXPECT_TRUE(bm.has_pending_token(1));
+  bm.resolve_pending_token(1, 4);
+  bm.append_token(1, 5);
+  EXPECT_EQ(bm.num_tokens(1), 5);
+  EXPECT_EQ(bm.stats().num_hashed_blocks, 0);
+  EXPECT_EQ(bm.check_invariants(), "");
+}
+
 TEST(BlockManager, EvictionIsLeastRecentlyUsedAndTailFirst) {
   BlockManager bm(config(4, 8));
   const Tokens a = iota_tokens(8, 100), b = iota_tokens(8, 200);
