@@ -417,6 +417,171 @@ TEST(Scheduler, AbortFreesEveryBlockAtOnce) {
   EXPECT_EQ(h.finished.at(1).outputs.at(0).finish_reason, FinishReason::kAbort);
 }
 
+// ---- overlap scheduling ----
+
+StepOutput one_sample_per_row(const StepInput& input, int32_t token) {
+  StepOutput out;
+  out.step_id = input.step_id;
+  out.seqs.resize(input.seqs.size());
+  for (size_t i = 0; i < input.seqs.size(); ++i) {
+    if (input.seqs[i].sample) out.seqs[i].samples.push_back({token, -1.0f});
+  }
+  return out;
+}
+
+// Step N+1 is planned while N runs: the decode computes a placeholder for N's sample, in a
+// slot reserved ahead; the block that placeholder fills is not a prefix-cache entry until
+// N's update names the token, and then it is one under the real token.
+TEST(Scheduler, TheNextStepIsPlannedWithAPlaceholderAndItsBlockHashedOnceTheTokenIsKnown) {
+  Harness h(16, 0, SchedulerConfig{});
+  h.add(1, {11, 12, 13, 14, 15, 16, 17}, sampled(10));  // 7 tokens: block 1 has one free slot
+  const StepInput first = h.scheduler.schedule();
+  ASSERT_EQ(first.seqs.size(), 1u);
+  EXPECT_TRUE(first.seqs[0].sample);
+  ASSERT_TRUE(h.scheduler.can_schedule()) << "a plain n = 1 sample decides nothing ahead";
+
+  const StepInput second = h.scheduler.schedule();
+  EXPECT_EQ(h.scheduler.num_steps_in_flight(), 2u);
+  EXPECT_FALSE(h.scheduler.can_schedule()) << "two steps in flight at most";
+  EXPECT_THROW(h.scheduler.schedule(), std::logic_error);
+  ASSERT_EQ(second.seqs.size(), 1u);
+  const ScheduledSequence& decode = second.seqs[0];
+  EXPECT_EQ(decode.new_token_ids, std::vector<int32_t>{kPlaceholderToken});
+  EXPECT_EQ(decode.num_computed_tokens, 7);
+  EXPECT_TRUE(decode.sample);
+  EXPECT_EQ(decode.sample_step, 1u) << "the second token of the sequence";
+  EXPECT_EQ(decode.block_table, first.seqs[0].block_table) << "the slot fits in block 1";
+  const cache::BlockManager& blocks = h.scheduler.block_manager();
+  EXPECT_TRUE(blocks.has_pending_token(decode.seq_id));
+  const std::vector<int32_t> continued = {11, 12, 13, 14, 15, 16, 17, 77, 1};
+  EXPECT_EQ(blocks.cached_prefix_tokens(continued), 4) << "block 1 waits for its last token";
+  EXPECT_EQ(blocks.check_invariants(), "");
+
+  h.scheduler.update(first, one_sample_per_row(first, 77));
+  EXPECT_FALSE(blocks.has_pending_token(decode.seq_id));
+  EXPECT_EQ(blocks.cached_prefix_tokens(continued), 8) << "hashed with the real token 77";
+  EXPECT_EQ(blocks.cached_prefix_tokens(std::vector<int32_t>{11, 12, 13, 14, 15, 16, 17, 78, 1}),
+            4);
+  EXPECT_EQ(h.scheduler.group(1)->seqs[0].output_token_ids, std::vector<int32_t>{77});
+  EXPECT_TRUE(h.scheduler.can_schedule());
+
+  // The executor fills the placeholder with what it sampled for that sequence in step N.
+  SampledTokenCarry carry;
+  carry.record(first, one_sample_per_row(first, 77));
+  StepInput filled = second;
+  carry.substitute(filled);
+  EXPECT_EQ(filled.seqs[0].new_token_ids, std::vector<int32_t>{77});
+  h.scheduler.update(filled, one_sample_per_row(filled, 78));
+  EXPECT_EQ(h.scheduler.group(1)->seqs[0].output_token_ids, (std::vector<int32_t>{77, 78}));
+  EXPECT_EQ(h.scheduler.num_steps_in_flight(), 0u);
+  EXPECT_EQ(blocks.check_invariants(), "");
+}
+
+// The sequence's sample in step N is EOS, but step N+1 (planned ahead) already computes it:
+// N+1's output for it is discarded, and its blocks stay held until N+1 is retired.
+TEST(Scheduler, ASequenceEndingInFlightIsDiscardedNextStepAndFreedOnlyAfterIt) {
+  Harness h(16, 0, SchedulerConfig{});
+  h.add(1, prompt_of(6, 100), sampled(10));
+  const StepInput first = h.scheduler.schedule();
+  const StepInput second = h.scheduler.schedule();
+  ASSERT_EQ(second.seqs.size(), 1u);
+  const int used = h.scheduler.block_manager().num_used_device_blocks();
+  EXPECT_EQ(used, 2);
+
+  std::vector<RequestUpdate> updates = h.scheduler.update(first, one_sample_per_row(first, kEos));
+  ASSERT_EQ(updates.size(), 1u);
+  EXPECT_TRUE(updates[0].finished);
+  EXPECT_EQ(updates[0].outputs.at(0).token_ids, std::vector<int32_t>{kEos});
+  EXPECT_EQ(updates[0].outputs.at(0).finish_reason, FinishReason::kStop);
+  EXPECT_EQ(h.scheduler.block_manager().num_used_device_blocks(), used)
+      << "step N+1 may still be writing them";
+  EXPECT_FALSE(h.scheduler.has_unfinished());
+
+  updates = h.scheduler.update(second, one_sample_per_row(second, 55));
+  EXPECT_TRUE(updates.empty()) << "nothing reported for a finished request";
+  EXPECT_EQ(h.scheduler.block_manager().num_used_device_blocks(), 0);
+  EXPECT_EQ(h.scheduler.block_manager().check_invariants(), "");
+}
+
+// Aborted while in both steps in flight: the final update comes at once, the blocks when the
+// last step holding them is retired.
+TEST(Scheduler, AbortWithTwoStepsInFlightFreesAfterTheLastOne) {
+  Harness h(16, 0, SchedulerConfig{});
+  h.add(1, prompt_of(6, 100), sampled(10));
+  const StepInput first = h.scheduler.schedule();
+  const StepInput second = h.scheduler.schedule();
+  h.scheduler.abort(1);
+  EXPECT_GT(h.scheduler.block_manager().num_used_device_blocks(), 0);
+  std::vector<RequestUpdate> updates = h.scheduler.update(first, one_sample_per_row(first, 50));
+  ASSERT_EQ(updates.size(), 1u);
+  EXPECT_TRUE(updates[0].finished);
+  EXPECT_EQ(updates[0].outputs.at(0).finish_reason, FinishReason::kAbort);
+  EXPECT_GT(h.scheduler.block_manager().num_used_device_blocks(), 0);
+  EXPECT_TRUE(h.scheduler.update(second, one_sample_per_row(second, 51)).empty());
+  EXPECT_EQ(h.scheduler.block_manager().num_used_device_blocks(), 0);
+  EXPECT_THROW(h.scheduler.update(second, one_sample_per_row(second, 51)), std::logic_error)
+      << "a step is updated once";
+}
+
+// A sample that ends the sequence whatever its value (its max_tokens-th, or the one reaching
+// max_model_len) is not followed by a step planned ahead; and a sample in flight never
+// counts toward the length of the one before it.
+TEST(Scheduler, ASequenceEndingByLengthInFlightIsNotPlannedAgain) {
+  {
+    Harness h(16, 0, SchedulerConfig{});
+    h.add(1, prompt_of(6, 100), sampled(1));
+    const StepInput first = h.scheduler.schedule();
+    EXPECT_TRUE(h.scheduler.schedule().seqs.empty());
+    h.scheduler.update(first, one_sample_per_row(first, 50));
+    EXPECT_FALSE(h.scheduler.has_unfinished());
+  }
+  for (bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlap" : "no overlap");
+    SchedulerConfig config;
+    config.max_model_len = 14;
+    Harness h(16, 0, config);
+    h.overlap = overlap;
+    h.add(1, prompt_of(10, 100), sampled(100));
+    h.run();
+    const CompletedSequence& out = h.finished.at(1).outputs.at(0);
+    EXPECT_EQ(out.token_ids.size(), 4u) << "10 prompt tokens + 4 = max_model_len";
+    EXPECT_EQ(out.finish_reason, FinishReason::kLength);
+  }
+}
+
+// A prompt whose sample forks it into best_of children, and a beam step, decide the next
+// plan: nothing is planned ahead of them.
+TEST(Scheduler, ForksAndBeamStepsAreNotPlannedAhead) {
+  for (bool beam : {false, true}) {
+    SCOPED_TRACE(beam ? "beam search" : "n = 2");
+    Harness h(16, 0, SchedulerConfig{});
+    model::SamplingParams p = sampled(5);
+    p.n = 2;
+    if (beam) {
+      p.temperature = 0.0f;
+      p.use_beam_search = true;
+    }
+    h.add(1, prompt_of(6, 100), p);
+    h.scheduler.schedule();
+    EXPECT_FALSE(h.scheduler.can_schedule());
+    EXPECT_THROW(h.scheduler.schedule(), std::logic_error);
+  }
+  // After the fork, the n = 2 children decode with placeholders like any sequence.
+  Harness h(16, 0, SchedulerConfig{});
+  model::SamplingParams p = sampled(5);
+  p.n = 2;
+  h.add(1, prompt_of(6, 100), p);
+  h.step();
+  const StepInput decodes = h.scheduler.schedule();
+  ASSERT_TRUE(h.scheduler.can_schedule());
+  const StepInput ahead = h.scheduler.schedule();
+  ASSERT_EQ(ahead.seqs.size(), 2u);
+  for (const ScheduledSequence& s : ahead.seqs) {
+    EXPECT_EQ(s.new_token_ids, std::vector<int32_t>{kPlaceholderToken});
+  }
+  (void)decodes;
+}
+
 // Random workloads through every mode: chunking, preemption, prefix hits, n > 1 and beams.
 // The fake executor checks every K/V read; every request must finish and free its blocks.
 TEST(Scheduler, RandomWorkloadsKeepTheCacheConsistentInEveryMode) {
