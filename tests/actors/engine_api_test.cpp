@@ -374,6 +374,76 @@ TEST(EngineActors, OverlapOnAndOffGiveTheSameOutputAndBothMeasureTheExecutor) {
   EXPECT_EQ(outputs[0], outputs[1]);
 }
 
+// Through the actors, under memory pressure in both preemption modes: seeded sampling, n > 1,
+// stop strings and penalties give every output the same tokens and text with overlap on and
+// off, and the same as the synchronous engine (LlmEngine) running them one at a time.
+TEST(EngineActors, OverlapKeepsSampledParallelAndStoppedOutputsUnderPressure) {
+  std::vector<GenerateRequest> requests;
+  for (size_t i = 0; i < 16; ++i) {
+    model::SamplingParams p;
+    p.temperature = 0.9f;
+    p.seed = 40 + i;
+    p.max_tokens = 10 + static_cast<int>(i * 7) % 30;
+    if (i % 3 == 1) p.n = 2;
+    if (i % 4 == 2) p.stop = {"Lily", " the"};
+    if (i % 5 == 3) p.frequency_penalty = 0.4f;
+    requests.push_back(request(kPrompts[i % kPrompts.size()], p));
+  }
+  // Reference: each request alone on the synchronous engine, outputs by index.
+  std::vector<std::map<int, std::pair<std::vector<int32_t>, std::string>>> expected;
+  {
+    LlmEngine reference(stories_config());
+    for (const GenerateRequest& r : requests) {
+      const uint64_t id = reference.add_request(reference.tokenizer().encode(r.prompt), r.sampling);
+      auto& outputs = expected.emplace_back();
+      while (reference.has_unfinished_requests()) {
+        for (const RequestOutput& out : reference.step()) {
+          if (out.request_id != id || !out.finished) continue;
+          for (const CompletionOutput& c : out.outputs) outputs[c.index] = {c.token_ids, c.text};
+        }
+      }
+    }
+  }
+  for (auto [mode, overlap] :
+       {std::pair{PreemptionMode::kSwap, true}, std::pair{PreemptionMode::kRecompute, true},
+        std::pair{PreemptionMode::kSwap, false}}) {
+    SCOPED_TRACE(std::string(preemption_mode_name(mode)) + (overlap ? ", overlap" : ""));
+    EngineConfig config = stories_config();
+    config.num_kv_blocks = 24;
+    config.max_model_len = 96;
+    config.preemption_mode = mode;
+    if (mode == PreemptionMode::kSwap) config.swap_space_bytes = int64_t{8} << 20;
+    EngineOptions options;
+    options.overlap = overlap;
+    auto engine = Engine::start(config, options);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const GenerateRequest& r : requests) streams.push_back(engine->submit(r));
+    for (size_t i = 0; i < streams.size(); ++i) {
+      std::map<int, std::pair<std::vector<int32_t>, std::string>> got;
+      while (std::optional<TokenEvent> event = streams[i]->next()) {
+        auto& [tokens, text] = got[event->index];
+        tokens.insert(tokens.end(), event->token_ids.begin(), event->token_ids.end());
+        text += event->text;
+        if (event->finished) {
+          EXPECT_NE(event->finish_reason, "error") << event->error;
+        }
+      }
+      // Streams stop at a stop string; compare the text, and the tokens up to where it ended.
+      ASSERT_EQ(got.size(), expected[i].size()) << "request " << i;
+      for (const auto& [index, want] : expected[i]) {
+        EXPECT_EQ(got[index].second, want.second) << "request " << i << " output " << index;
+        const std::vector<int32_t>& tokens = got[index].first;
+        ASSERT_LE(tokens.size(), want.first.size()) << "request " << i << " output " << index;
+        EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), want.first.begin()))
+            << "request " << i << " output " << index;
+      }
+    }
+    const EngineStats stats = engine->stats();
+    EXPECT_GT(stats.num_preemptions_swap + stats.num_preemptions_recompute, 0);
+    EXPECT_TRUE(wait_for_stats(*engine, idle_and_all_blocks_free));
+  }
+}
+
 }  // namespace
 }  // namespace pagedserve::actors
 
