@@ -117,6 +117,8 @@ struct EngineStats {
   // second was launched as the continuation of the first (work was pending): host overhead.
   double executor_busy_s = 0;
   double executor_idle_s = 0;
+  // Steps planned while the one before was still running (overlap scheduling).
+  int64_t num_steps_planned_ahead = 0;
 };
 
 class Engine {

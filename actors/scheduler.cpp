@@ -485,7 +485,10 @@ StepInput Scheduler::schedule() {
     if (swapped_.empty()) admit_waiting(plans, budget);
   }
   execute_plan(step, plans);
-  if (!step.seqs.empty()) register_in_flight(step);
+  if (!step.seqs.empty()) {
+    if (!in_flight_.empty()) ++stats_.num_steps_planned_ahead;
+    register_in_flight(step);
+  }
   stats_.peak_used_blocks = std::max(stats_.peak_used_blocks, blocks_.num_used_device_blocks());
   return step;
 }

@@ -103,6 +103,7 @@ struct SchedulerStats {
   int peak_used_blocks = 0;               // most device blocks in use after any schedule()
   int64_t prefix_cache_hit_tokens = 0;    // prompt tokens served by the prefix cache
   int64_t num_steps = 0;                  // schedule() calls
+  int64_t num_steps_planned_ahead = 0;    // non-empty steps planned with another in flight
 };
 
 class Scheduler {

@@ -279,6 +279,7 @@ void SchedulerActor::State::publish_stats() {
   counts.prefix_cache_hits_tokens = blocks.prefix_cache_hits_tokens();
   counts.num_preemptions_swap = sched.num_preemptions_swap;
   counts.num_preemptions_recompute = sched.num_preemptions_recompute;
+  counts.num_steps_planned_ahead = sched.num_steps_planned_ahead;
   counts.num_generated_tokens = num_generated_tokens;
   stats.publish(counts);
 }

@@ -1,16 +1,34 @@
 // SchedulerActor: owns the pure Scheduler (actors/scheduler.h) and, through it, the KV block
-// manager with its prefix cache, and drives the step loop: handles AddRequest (from the
+// manager with its prefix cache, and drives the step loop (with overlap: up to two steps
+// outstanding, the next planned while one runs): handles AddRequest (from the
 // tokenizer actor), CheckAborts (a wake-up after a client cancelled) and StepDone (from the
 // executor actor); sends ExecuteStep to the executor actor and DecodeBatch to the tokenizer
 // actor. Lives on the scheduler ActorThread (one run loop, so no lock on its state).
 //
-// The issue asks for a separate prefix-cache actor owning the block manager. It stays here:
-// the pure Scheduler owns the BlockManager and asks it synchronous questions inside
-// schedule() (can_allocate, allocate, can_append_slots, append_token for copy-on-write), and
-// every admission decision depends on the answer. As a separate actor each of those would be
-// a round trip through two channels per sequence per step, on the critical path between two
-// executor steps, which is exactly the host time the overlap is meant to hide. Splitting it
-// out needs a Scheduler that plans with a snapshot of block counts and commits asynchronously.
+// The issue asks for a separate prefix-cache actor owning the block manager. It is not done
+// yet; the BlockManager still lives inside the pure Scheduler, on this thread. Why, and what
+// is left: Scheduler::schedule() asks the BlockManager synchronous questions while it plans
+// (has_sequence, cached_prefix_tokens for a prompt's hits, block_table + device_ref_count for
+// copy-on-write, num_free_device_blocks / watermark, cpu_block_table for swap-in, free CPU
+// blocks for swap-vs-recompute, check_allocate for "can never run") and carries each decision
+// out at once (allocate, append_token / append_pending_token, swap_out, swap_in, free);
+// update() forks, frees and resolves pending tokens. One round trip per call would put two
+// channel hops per sequence per step on the critical path. The split that works:
+//  1. The Scheduler keeps a mirror per sequence (tokens and blocks held, whether its last
+//     block may be shared) and plans from it plus a snapshot of free device/CPU blocks, with
+//     the upper bounds the plan already uses (Budget::planned_blocks). Prefix hits are not
+//     known while planning: a new prompt is planned from token 0 and the reply says how many
+//     tokens the cache served (the step then computes fewer; ScheduledSequence is filled in
+//     from the reply).
+//  2. One StepMemoryRequest per step: the ordered ops (swap_out*, swap_in*, allocate with
+//     prefix lookup and salt, append / append_pending, plus the forks, frees and pending-token
+//     resolutions update() produced since the last request). One reply: block tables, the
+//     three copy lists, hits per new sequence, and the free-block snapshot for the next plan.
+//  3. A PrefixCacheActor (thin shell, own thread) that applies the ops in order to the
+//     BlockManager (which stays a pure class, tested synchronously) and hashes prompts.
+//  4. The scheduler actor awaits the reply, then sends ExecuteStep; with overlap scheduling
+//     (done, see scheduler.h) the round trip happens while the executor runs the step before.
+//  5. scheduler_test's FakeExecutor harness driven through the request/reply messages.
 //
 // Only scheduler_actor.cpp sees the Scheduler's step types (RequestUpdate, ...), so they can
 // change without touching the rest of the actor system.

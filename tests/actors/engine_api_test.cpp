@@ -370,6 +370,7 @@ TEST(EngineActors, OverlapOnAndOffGiveTheSameOutputAndBothMeasureTheExecutor) {
     EXPECT_GE(stats.num_steps, 24);
     EXPECT_GT(stats.executor_busy_s, 0.0);
     EXPECT_GE(stats.executor_idle_s, 0.0);
+    EXPECT_EQ(stats.num_steps_planned_ahead > 0, overlap);
   }
   EXPECT_EQ(outputs[0], outputs[1]);
 }
@@ -440,6 +441,11 @@ TEST(EngineActors, OverlapKeepsSampledParallelAndStoppedOutputsUnderPressure) {
     }
     const EngineStats stats = engine->stats();
     EXPECT_GT(stats.num_preemptions_swap + stats.num_preemptions_recompute, 0);
+    if (overlap) {
+      EXPECT_GT(stats.num_steps_planned_ahead, 0);
+    } else {
+      EXPECT_EQ(stats.num_steps_planned_ahead, 0);
+    }
     EXPECT_TRUE(wait_for_stats(*engine, idle_and_all_blocks_free));
   }
 }

@@ -83,7 +83,9 @@ SchedulerStats run_together(const EngineConfig& config, const Workload& w,
     EXPECT_EQ(done[ids[i]].tokens(), alone[i]) << "request " << i << " (streamed)";
   }
   expect_all_blocks_free(engine);
-  return engine.stats();
+  const SchedulerStats stats = engine.stats();
+  EXPECT_EQ(stats.num_steps_planned_ahead > 0, overlap);
+  return stats;
 }
 
 TEST(EngineBatching, GreedyOutputIsTheSameAloneBatchedChunkedSwappedRecomputedAndCached) {
