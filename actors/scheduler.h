@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "actors/sequence_group.h"
 #include "actors/step_messages.h"
 #include "cache/block_manager.h"
+#include "cache/kv_allocator.h"
 #include "model/sampling_params.h"
 
 namespace pagedserve::actors {
@@ -34,6 +36,9 @@ struct NewRequest {
   std::vector<int32_t> prompt_token_ids;
   model::SamplingParams sampling;
   uint64_t seed = 0;  // the request's seed (drawn at random by the engine when not given)
+  // The request's true output length when known in advance (a trace replay), else 0. Only the
+  // reserve-oracle and reserve-pow2 allocators read it (to size their regions).
+  int output_len_hint = 0;
 };
 
 // One sequence's change in one step.
@@ -77,6 +82,7 @@ struct SchedulerConfig {
   int max_num_batched_tokens = 8192;  // tokens computed per step: decodes + prefill chunks
   PreemptionMode preemption_mode = PreemptionMode::kRecompute;
   std::vector<int32_t> eos_token_ids;
+  cache::KvAllocatorKind kv_allocator = cache::KvAllocatorKind::kPaged;  // --kv-allocator
 };
 
 // Counters the engine reports.
@@ -108,7 +114,9 @@ class Scheduler {
   // Applies the executor's output for the step schedule() returned.
   std::vector<RequestUpdate> update(const StepInput& input, const StepOutput& output);
 
-  const cache::BlockManager& block_manager() const { return blocks_; }
+  // The paged allocator's BlockManager; throws std::logic_error under another allocator.
+  const cache::BlockManager& block_manager() const;
+  const cache::KvAllocator& kv_allocator() const { return *kv_; }
   SchedulerStats stats() const;
   size_t num_running() const { return running_.size(); }  // groups
   size_t num_waiting() const { return waiting_.size(); }
@@ -155,6 +163,11 @@ class Scheduler {
   void preempt(SequenceGroup& group, StepInput& step);
   int num_decode_seqs(SequenceGroup& group);
   int max_running_seqs(const SequenceGroup& group) const;
+  cache::SeqReservation reservation(const SequenceGroup& group, const Sequence& seq) const;
+  // Has the allocator take the memory of every sequence the plan allocates (see
+  // cache/kv_allocator.h); a sequence whose memory does not fit is dropped from the plan.
+  void reserve_planned(SequenceGroup& group, PlannedGroup& plan);
+  void fork_seq(uint64_t parent, uint64_t child);
 
   // ---- update (scheduler_update.cpp) ----
   RequestUpdate sample_step(SequenceGroup& group, const StepInput& input, const StepOutput& output,
@@ -174,7 +187,9 @@ class Scheduler {
   RequestUpdate new_update(const SequenceGroup& group) const;
 
   SchedulerConfig config_;
-  cache::BlockManager blocks_;
+  std::unique_ptr<cache::KvAllocator> kv_;
+  // Copies a fork returned (allocators without sharing), run at the start of the next step.
+  std::vector<cache::BlockCopy> pending_fork_copies_;
   std::map<uint64_t, SequenceGroup> groups_;  // by request id
   std::deque<uint64_t> waiting_;        // FCFS; groups preempted by recompute go back to the front
   std::deque<uint64_t> swapped_;        // resumed front first, before any new admission

@@ -67,7 +67,7 @@ RequestUpdate Scheduler::sample_step(SequenceGroup& group, const StepInput& inpu
       Sequence child = group.seqs.front();
       child.seq_id = next_seq_id_++;
       child.index = static_cast<int>(i);
-      blocks_.fork(group.seqs.front().seq_id, child.seq_id);
+      fork_seq(group.seqs.front().seq_id, child.seq_id);
       group.seqs.push_back(std::move(child));
     }
     for (size_t i = 0; i < samples.size(); ++i) {
@@ -135,7 +135,7 @@ RequestUpdate Scheduler::beam_step(SequenceGroup& group, const StepInput& input,
     const uint64_t parent_id = parent_ids[scored[i].candidate.parent];
     if (!claimed.insert(parent_id).second) {
       beam.seq_id = next_seq_id_++;
-      blocks_.fork(parent_id, beam.seq_id);
+      fork_seq(parent_id, beam.seq_id);
     }
     beam.index = static_cast<int>(next.size());
     next.push_back(std::move(beam));
@@ -210,7 +210,7 @@ std::vector<CompletedSequence> Scheduler::final_outputs(SequenceGroup& group) co
 }
 
 void Scheduler::free_seq(Sequence& seq) {
-  if (seq.seq_id != 0 && blocks_.has_sequence(seq.seq_id)) blocks_.free(seq.seq_id);
+  if (seq.seq_id != 0 && kv_->has_sequence(seq.seq_id)) kv_->free(seq.seq_id);
 }
 
 RequestUpdate Scheduler::new_update(const SequenceGroup& group) const {
@@ -224,6 +224,7 @@ void Scheduler::finish_group(SequenceGroup& group, RequestUpdate& update) {
   for (Sequence& seq : group.seqs) {
     if (!seq.finished()) free_seq(seq);
   }
+  kv_->release_group(group.request_id);
   update.finished = true;
   update.outputs = final_outputs(group);
   update.num_cached_tokens = std::max(group.num_cached_tokens, 0);
