@@ -199,13 +199,13 @@ bool ReservingKvAllocator::reserve(SeqId seq, const SeqReservation& future) {
 void ReservingKvAllocator::release_group(uint64_t group) {
   auto it = groups_.find(group);
   if (it == groups_.end()) return;
-  for (const Region& r : it->second.spares) regions_.free(r);
   for (const auto& [id, s] : seqs_) {
     if (s.group == group) {
       throw std::logic_error("ReservingKvAllocator::release_group: sequence " + std::to_string(id) +
                              " still holds a region");
     }
   }
+  for (const Region& r : it->second.spares) regions_.free(r);
   groups_.erase(it);
 }
 
