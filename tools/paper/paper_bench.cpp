@@ -18,6 +18,7 @@
 namespace pagedserve::paper {
 namespace {
 
+using cache::kv_allocator_name;
 using cache::KvAllocatorKind;
 
 const KvAllocatorKind kAllocators[] = {KvAllocatorKind::kPaged, KvAllocatorKind::kReserveOracle,
@@ -127,22 +128,49 @@ struct SweepPoint {
   double latency = 0;
 };
 
-// Rates from `start`, x1.25 until latency passes the threshold, then bisection (3 steps).
-std::vector<SweepPoint> sweep(Ctx& ctx, KvAllocatorKind kind, const Workload& w, double start,
-                              double threshold, double& max_rate) {
+// CPU swap blocks in 4 GiB (vLLM's default swap space).
+int swap_blocks(const actors::SimProfile& profile, int block_size) {
+  return static_cast<int>((int64_t{4} << 30) / (profile.kv_bytes_per_token * block_size));
+}
+
+struct Variant {
+  KvAllocatorKind kind;
+  bool swap;  // paged only: preempt by swapping (4 GiB) instead of recomputing
+  std::string label;
+};
+
+struct SweepOutcome {
   std::vector<SweepPoint> points;
+  double max_rate = 0;
+  SimRunResult at_max;  // the run at max_rate
+};
+
+// Rates from `start`, x1.25 until latency passes the threshold, then bisection (3 steps).
+SweepOutcome sweep(Ctx& ctx, const Variant& v, const Workload& w, double start, double threshold) {
+  SweepOutcome out;
   auto run_at = [&](double rate) {
     SimRunConfig config;
-    config.allocator = kind;
+    config.allocator = v.kind;
+    if (v.swap) {
+      config.preemption = actors::PreemptionMode::kSwap;
+      config.num_cpu_blocks = swap_blocks(ctx.profile, config.block_size);
+    }
     const SimRunResult r =
         run_sim(ctx.profile, config, at_rate(w.requests, rate, ctx.options.seed));
     const double latency = r.failed > 0 ? INFINITY : r.normalized_latency_s;
-    points.push_back({rate, latency});
+    out.points.push_back({rate, latency});
+    if (latency <= threshold && rate >= out.max_rate) {
+      out.max_rate = rate;
+      out.at_max = r;
+    }
+    ctx.note("  " + v.label + " rate " + fmt("%.3f", rate) + ": latency " + fmt("%.3f", latency) +
+             ", batch " + fmt("%.1f", r.mean_running_seqs) + ", preemptions " +
+             std::to_string(r.preemptions));
     return latency;
   };
   const int max_steps = ctx.options.quick ? 6 : 30;
   double good = 0, bad = 0;
-  for (double rate = start; points.size() < static_cast<size_t>(max_steps); rate *= 1.25) {
+  for (double rate = start; out.points.size() < static_cast<size_t>(max_steps); rate *= 1.25) {
     if (run_at(rate) > threshold) {
       bad = rate;
       break;
@@ -153,29 +181,32 @@ std::vector<SweepPoint> sweep(Ctx& ctx, KvAllocatorKind kind, const Workload& w,
     const double mid = 0.5 * (good + bad);
     (run_at(mid) > threshold ? bad : good) = mid;
   }
-  max_rate = good;
-  std::sort(points.begin(), points.end(),
+  out.max_rate = good;
+  std::sort(out.points.begin(), out.points.end(),
             [](const SweepPoint& a, const SweepPoint& b) { return a.rate < b.rate; });
-  return points;
+  return out;
 }
 
 void throughput_section(Ctx& ctx, const Workload& w, const std::string& name, double start,
                         double threshold, const std::string& svg_name) {
   std::ostream& md = ctx.md;
   std::vector<loadgen::PlotSeries> series;
-  std::map<KvAllocatorKind, double> max_rate;
+  std::vector<Variant> variants = {{KvAllocatorKind::kPaged, false, "paged (recompute)"},
+                                   {KvAllocatorKind::kPaged, true, "paged (swap)"}};
   for (KvAllocatorKind kind : kAllocators) {
-    double best = 0;
-    const std::vector<SweepPoint> points = sweep(ctx, kind, w, start, threshold, best);
-    max_rate[kind] = best;
+    if (kind != KvAllocatorKind::kPaged) variants.push_back({kind, false, kv_allocator_name(kind)});
+  }
+  std::vector<SweepOutcome> outcomes;
+  for (const Variant& v : variants) {
+    outcomes.push_back(sweep(ctx, v, w, start, threshold));
     loadgen::PlotSeries s;
-    s.label = cache::kv_allocator_name(kind);
-    for (const SweepPoint& p : points) {
+    s.label = v.label;
+    for (const SweepPoint& p : outcomes.back().points) {
       s.x.push_back(p.rate);
       s.y.push_back(std::min(p.latency, threshold * 4));  // keep the plot's scale readable
     }
     series.push_back(std::move(s));
-    ctx.note(name + " " + cache::kv_allocator_name(kind) + ": max rate " + fmt("%.3f", best));
+    ctx.note(name + " " + v.label + ": max rate " + fmt("%.3f", outcomes.back().max_rate));
   }
   loadgen::PlotOptions plot;
   plot.title = "Simulated OPT-13B/A100: " + name + " trace (latency capped at 4x threshold)";
@@ -184,13 +215,16 @@ void throughput_section(Ctx& ctx, const Workload& w, const std::string& name, do
      << w.description
      << ", Poisson arrivals. Threshold: normalized latency <= " << fmt("%.2f", threshold)
      << " s/token.\n\n![" << name << "](" << svg_name << ")\n\n"
-     << "| allocator | highest rate under the threshold (req/s) | paged / this |\n"
-     << "| --- | --- | --- |\n";
-  const double paged = max_rate[KvAllocatorKind::kPaged];
-  for (KvAllocatorKind kind : kAllocators) {
-    const double r = max_rate[kind];
-    md << "| " << cache::kv_allocator_name(kind) << " | " << fmt("%.3f", r) << " | "
-       << (r > 0 ? fmt("%.2fx", paged / r) : std::string("n/a (never under)")) << " |\n";
+     << "| allocator | highest rate under the threshold (req/s) | best paged / this | "
+        "mean batch at that rate | preemptions at that rate |\n"
+     << "| --- | --- | --- | --- | --- |\n";
+  const double paged = std::max(outcomes[0].max_rate, outcomes[1].max_rate);
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const double r = outcomes[i].max_rate;
+    md << "| " << variants[i].label << " | " << fmt("%.3f", r) << " | "
+       << (r > 0 ? fmt("%.2fx", paged / r) : std::string("n/a (never under)")) << " | "
+       << fmt("%.1f", outcomes[i].at_max.mean_running_seqs) << " | "
+       << outcomes[i].at_max.preemptions << " |\n";
   }
   md << "\n";
 }
