@@ -325,6 +325,12 @@ void Scheduler::admit_waiting(std::vector<PlannedGroup>& plans, Budget& budget) 
     SequenceGroup& group = groups_.at(waiting_.front());
     if (can_never_run(group)) continue;
     if (budget.num_seqs + max_running_seqs(group) > config_.max_num_seqs) break;
+    if (config_.admit_whole_prompt_only) {
+      const Sequence& first = *group.live().front();
+      const int whole = kv_->blocks_to_hold(first.seq_id, false, group.num_tokens(first),
+                                            reservation(group, first));
+      if (whole > free_blocks(budget) - kv_->watermark_blocks()) break;
+    }
     PlannedGroup plan = plan_group(group, budget.tokens, free_blocks(budget), false);
     // FCFS: stop at the first group whose first sequence does not fit (for the reserving
     // allocators: in one contiguous hole).

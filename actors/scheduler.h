@@ -83,6 +83,12 @@ struct SchedulerConfig {
   PreemptionMode preemption_mode = PreemptionMode::kRecompute;
   std::vector<int32_t> eos_token_ids;
   cache::KvAllocatorKind kv_allocator = cache::KvAllocatorKind::kPaged;  // --kv-allocator
+  // Admit a waiting group only when blocks for its whole prompt (plus tokens to recompute) are
+  // free now, as vLLM v0 did, even though chunked prefill computes a chunk at a time. Off: a
+  // group may start with whatever chunk the free blocks hold, which in a nearly full pool can
+  // thrash (admitted, preempted, recomputed again). The reserving allocators always need
+  // their whole region, so this only changes the paged allocator.
+  bool admit_whole_prompt_only = false;
 };
 
 // Counters the engine reports.

@@ -27,6 +27,7 @@ SimRunResult run_sim(const actors::SimProfile& profile, const SimRunConfig& conf
   sched.max_num_batched_tokens = std::max(config.max_num_batched_tokens, profile.max_model_len);
   sched.preemption_mode = config.preemption;
   sched.kv_allocator = config.allocator;
+  sched.admit_whole_prompt_only = config.admit_whole_prompt_only;
   actors::Scheduler scheduler(sched, blocks);
   actors::SimExecutor executor(profile, config.block_size, num_blocks, config.num_cpu_blocks);
 

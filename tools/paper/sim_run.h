@@ -31,6 +31,9 @@ struct SimRunConfig {
   bool pass_output_len_hint = true;  // tell the scheduler each request's true output length
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2560;
+  // SchedulerConfig::admit_whole_prompt_only: on, as the paper's vLLM (v0, no chunked
+  // prefill) admitted; the throughput sweep also shows paged with it off.
+  bool admit_whole_prompt_only = true;
 };
 
 // Shares of the device pool, averaged over the run weighted by step time (sum = 1).
