@@ -17,7 +17,9 @@
 namespace pagedserve::tools {
 
 int run_bench_paper(const std::vector<std::string>& args) {
-  const CliFlags flags(args, {"profile", "traces", "out", "num-requests", "seed"},
+  const CliFlags flags(args,
+                       {"profile", "traces", "out", "num-requests", "seed", "real-model",
+                        "real-requests", "threads"},
                        {"quick", "help"});
   if (flags.has("help")) {
     std::cout << "usage: pagedserve bench paper [--profile FILE] [--traces DIR] [--out FILE]\n"
@@ -27,6 +29,9 @@ int run_bench_paper(const std::vector<std::string>& args) {
                  "  --out FILE         the report (default docs/RESULTS.md); SVGs beside it\n"
                  "  --num-requests N   requests per run (default 1000)\n"
                  "  --quick            tiny workloads: a smoke test, not results\n"
+                 "  --real-model DIR   also a small real run on the CPU executor (a model from\n"
+                 "                     `pagedserve make-model`); --real-requests N (24),\n"
+                 "                     --threads N (2)\n"
                  "All results are SIMULATED (--device sim); see profiles/README.md.\n";
     return 0;
   }
@@ -39,6 +44,9 @@ int run_bench_paper(const std::vector<std::string>& args) {
   options.num_requests = static_cast<int>(flags.get_int("num-requests", 1000, 1, 100000));
   options.seed = static_cast<unsigned>(flags.get_int("seed", 0, 0, UINT32_MAX));
   options.quick = flags.has("quick");
+  if (flags.has("real-model")) options.real_model = flags.require("real-model");
+  options.real_num_requests = static_cast<int>(flags.get_int("real-requests", 24, 1, 100000));
+  options.real_threads = static_cast<int>(flags.get_int("threads", 2, 1, 1024));
   for (const auto& path : {options.conv_trace, options.code_trace, options.profile}) {
     if (!std::filesystem::exists(path)) throw UsageError("no such file: " + path.string());
   }

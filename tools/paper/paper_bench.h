@@ -18,6 +18,11 @@ struct PaperOptions {
   bool quick = false;                // few requests and rates: a smoke test, not results
   unsigned seed = 0;
   std::function<void(const std::string&)> progress;  // one line per finished run (optional)
+  // When set: also run a small real variant on the CPU executor with this model (e.g. from
+  // `pagedserve make-model`), step times measured by the wall clock.
+  std::filesystem::path real_model;
+  int real_num_requests = 24;
+  int real_threads = 2;
 };
 
 // Runs every experiment and writes the report. Throws on unreadable inputs.

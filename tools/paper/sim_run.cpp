@@ -16,6 +16,21 @@ SimRunResult run_sim(const actors::SimProfile& profile, const SimRunConfig& conf
   const int num_blocks = config.num_device_blocks > 0
                              ? config.num_device_blocks
                              : device_blocks_for(profile, config.block_size);
+  actors::SimExecutor executor(profile, config.block_size, num_blocks, config.num_cpu_blocks);
+  const StepRunner run_step = [&](const actors::StepInput& input, double& seconds) {
+    actors::StepOutput output = executor.execute(input);
+    seconds = executor.last_step_s();
+    return output;
+  };
+  SimRunConfig resolved = config;
+  resolved.num_device_blocks = num_blocks;
+  return run_replay(resolved, profile.max_model_len, run_step, requests, &profile);
+}
+
+SimRunResult run_replay(const SimRunConfig& config, int max_model_len, const StepRunner& run_step,
+                        const std::vector<SimRequest>& requests,
+                        const actors::SimProfile* swap_cost) {
+  const int num_blocks = config.num_device_blocks;
   cache::BlockManagerConfig blocks;
   blocks.block_size = config.block_size;
   blocks.num_device_blocks = num_blocks;
@@ -23,13 +38,13 @@ SimRunResult run_sim(const actors::SimProfile& profile, const SimRunConfig& conf
   blocks.enable_prefix_caching = config.prefix_caching;
   actors::SchedulerConfig sched;
   sched.max_num_seqs = config.max_num_seqs;
-  sched.max_model_len = profile.max_model_len;
-  sched.max_num_batched_tokens = std::max(config.max_num_batched_tokens, profile.max_model_len);
+  sched.max_model_len = max_model_len;
+  sched.max_num_batched_tokens = std::max(config.max_num_batched_tokens, max_model_len);
   sched.preemption_mode = config.preemption;
   sched.kv_allocator = config.allocator;
   sched.admit_whole_prompt_only = config.admit_whole_prompt_only;
   actors::Scheduler scheduler(sched, blocks);
-  actors::SimExecutor executor(profile, config.block_size, num_blocks, config.num_cpu_blocks);
+  double now = 0.0;  // the virtual clock: idle gaps skipped, steps take their (cost) time
 
   std::vector<size_t> order(requests.size());
   std::iota(order.begin(), order.end(), 0);
@@ -43,10 +58,10 @@ SimRunResult run_sim(const actors::SimProfile& profile, const SimRunConfig& conf
   double mem[5] = {0, 0, 0, 0, 0};
   double logical = 0.0, physical = 0.0, running = 0.0;
   const double first_arrival = requests.empty() ? 0.0 : requests[order.front()].arrival_s;
-  executor.advance_to(first_arrival);
+  now = first_arrival;
   size_t next = 0;
   while (next < order.size() || scheduler.has_unfinished()) {
-    while (next < order.size() && requests[order[next]].arrival_s <= executor.now_s()) {
+    while (next < order.size() && requests[order[next]].arrival_s <= now) {
       const SimRequest& r = requests[order[next]];
       actors::NewRequest add;
       add.id = order[next] + 1;
@@ -61,12 +76,13 @@ SimRunResult run_sim(const actors::SimProfile& profile, const SimRunConfig& conf
       ++next;
     }
     if (!scheduler.has_unfinished()) {
-      executor.advance_to(requests[order[next]].arrival_s);
+      now = std::max(now, requests[order[next]].arrival_s);
       continue;
     }
     const actors::StepInput step = scheduler.schedule();
-    const actors::StepOutput output = executor.execute(step);
-    const double dt = executor.last_step_s();
+    double dt = 0.0;
+    const actors::StepOutput output = run_step(step, dt);
+    now += dt;
     if (dt > 0) {
       const cache::KvAllocator& kv = scheduler.kv_allocator();
       const cache::KvMemoryBreakdown b = kv.memory_breakdown();
@@ -80,10 +96,11 @@ SimRunResult run_sim(const actors::SimProfile& profile, const SimRunConfig& conf
       physical += dt * kv.num_used_device_blocks();
       running += dt * static_cast<double>(step.seqs.size());
       weight += dt;
-      const actors::StepShape shape = actors::step_shape(step);
-      actors::StepShape swap_only;
-      swap_only.swapped_blocks = shape.swapped_blocks;
-      result.swap_time_s += actors::step_seconds(profile, swap_only, config.block_size);
+      if (swap_cost != nullptr) {
+        actors::StepShape swap_only;
+        swap_only.swapped_blocks = actors::step_shape(step).swapped_blocks;
+        result.swap_time_s += actors::step_seconds(*swap_cost, swap_only, config.block_size);
+      }
     }
     for (const actors::RequestUpdate& update : scheduler.update(step, output)) {
       if (!update.finished) continue;
@@ -93,14 +110,14 @@ SimRunResult run_sim(const actors::SimProfile& profile, const SimRunConfig& conf
         continue;
       }
       ++result.completed;
-      latency_sum += (executor.now_s() - r.arrival_s) / r.output_len;
+      latency_sum += (now - r.arrival_s) / r.output_len;
       tokens_done += static_cast<double>(r.prompt_token_ids.size() + r.output_len);
-      last_end = executor.now_s();
+      last_end = now;
     }
     if (step.seqs.empty() && dt == 0) {
       // Nothing could run: wait for the next arrival, or give up (nothing will change).
       if (next < order.size()) {
-        executor.advance_to(requests[order[next]].arrival_s);
+        now = std::max(now, requests[order[next]].arrival_s);
       } else if (scheduler.has_unfinished()) {
         result.failed += static_cast<int>(scheduler.num_waiting() + scheduler.num_running() +
                                           scheduler.num_swapped());

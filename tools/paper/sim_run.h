@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "actors/scheduler.h"
@@ -60,6 +61,14 @@ struct SimRunResult {
 
 SimRunResult run_sim(const actors::SimProfile& profile, const SimRunConfig& config,
                      const std::vector<SimRequest>& requests);
+
+// The same loop over any executor: run_step runs one step and sets its duration (the cost
+// model's, or a measured wall time). swap_cost, when given, prices swapped blocks for
+// SimRunResult::swap_time_s. config.num_device_blocks must be set.
+using StepRunner = std::function<actors::StepOutput(const actors::StepInput&, double& seconds)>;
+SimRunResult run_replay(const SimRunConfig& config, int max_model_len, const StepRunner& run_step,
+                        const std::vector<SimRequest>& requests,
+                        const actors::SimProfile* swap_cost);
 
 // Blocks of `block_size` tokens the profile's KV memory holds.
 int device_blocks_for(const actors::SimProfile& profile, int block_size);
