@@ -60,6 +60,7 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
   sched.max_num_seqs = config.max_num_seqs;
   sched.max_model_len = config.max_model_len;
   sched.max_num_batched_tokens = config.max_num_batched_tokens;
+  sched.kv_allocator = config.kv_allocator;
   sched.eos_token_ids.assign(mc.eos_token_ids.begin(), mc.eos_token_ids.end());
   if (auto eos = setup.tokenizer->eos_token_id();
       eos && std::find(sched.eos_token_ids.begin(), sched.eos_token_ids.end(), *eos) ==

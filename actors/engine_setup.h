@@ -33,6 +33,8 @@ struct EngineConfig {
   // (it was set aside for that), else recompute (vLLM v1's only mode). kSwap without swap space
   // is refused.
   std::optional<PreemptionMode> preemption_mode;
+  // The KV memory manager: paged, or an Orca-style reserving baseline (cache/kv_allocator.h).
+  cache::KvAllocatorKind kv_allocator = cache::KvAllocatorKind::kPaged;
 };
 
 struct EngineSetup {

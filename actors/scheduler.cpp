@@ -41,7 +41,7 @@ const char* preemption_mode_name(PreemptionMode mode) {
 }
 
 Scheduler::Scheduler(const SchedulerConfig& config, const cache::BlockManagerConfig& blocks)
-    : config_(config), blocks_(blocks) {
+    : config_(config), kv_(cache::make_kv_allocator(config.kv_allocator, blocks)) {
   if (config_.max_num_batched_tokens < 1 || config_.max_num_seqs < 1) {
     throw std::invalid_argument("Scheduler: max_num_batched_tokens and max_num_seqs must be >= 1");
   }
@@ -57,6 +57,7 @@ void Scheduler::add(NewRequest request) {
   group.prompt_token_ids = std::move(request.prompt_token_ids);
   group.sampling = std::move(request.sampling);
   group.seed = request.seed;
+  group.output_len_hint = request.output_len_hint;
   Sequence seq;
   seq.seq_id = next_seq_id_++;
   group.seqs.push_back(std::move(seq));
@@ -73,8 +74,53 @@ const SequenceGroup* Scheduler::group(uint64_t request_id) const {
 
 SchedulerStats Scheduler::stats() const {
   SchedulerStats stats = stats_;
-  stats.prefix_cache_hit_tokens = blocks_.prefix_cache_hits_tokens();
+  stats.prefix_cache_hit_tokens = kv_->prefix_cache_hits_tokens();
   return stats;
+}
+
+const cache::BlockManager& Scheduler::block_manager() const {
+  const cache::BlockManager* manager = kv_->block_manager();
+  if (manager == nullptr) {
+    throw std::logic_error(std::string("Scheduler::block_manager: the KV allocator is ") +
+                           cache::kv_allocator_name(kv_->kind()) + ", not paged");
+  }
+  return *manager;
+}
+
+cache::SeqReservation Scheduler::reservation(const SequenceGroup& group,
+                                             const Sequence& seq) const {
+  cache::SeqReservation future;
+  future.group = group.request_id;
+  future.prompt_len = static_cast<int>(group.prompt_token_ids.size());
+  future.current_len = group.num_tokens(seq);
+  future.max_output_len = group.sampling.max_tokens;
+  future.output_len_hint = group.output_len_hint;
+  future.max_model_len = config_.max_model_len;
+  // Beams fork before the losers are freed, so a group without sharing briefly holds up to
+  // 2 * width - 1 copies.
+  const int live = group.forked ? group.num_live() : group.sampling.num_sequences();
+  future.num_regions = group.is_beam_search() ? 2 * live - 1 : live;
+  return future;
+}
+
+void Scheduler::reserve_planned(SequenceGroup& group, PlannedGroup& plan) {
+  if (!kv_->reserves_ahead()) return;
+  std::vector<PlannedSeq> kept;
+  for (PlannedSeq& planned : plan.seqs) {
+    if (planned.allocate) {
+      if (!kv_->reserve(planned.seq_id, reservation(group, *group.find(planned.seq_id)))) {
+        continue;
+      }
+      planned.num_blocks = 0;  // taken now: no longer pending in the budget
+    }
+    kept.push_back(planned);
+  }
+  plan.seqs = std::move(kept);
+}
+
+void Scheduler::fork_seq(uint64_t parent, uint64_t child) {
+  const std::vector<cache::BlockCopy> copies = kv_->fork(parent, child);
+  pending_fork_copies_.insert(pending_fork_copies_.end(), copies.begin(), copies.end());
 }
 
 int Scheduler::max_running_seqs(const SequenceGroup& group) const {
@@ -84,7 +130,7 @@ int Scheduler::max_running_seqs(const SequenceGroup& group) const {
 int Scheduler::num_decode_seqs(SequenceGroup& group) {
   int decodes = 0;
   for (Sequence* seq : group.live()) {
-    if (blocks_.has_sequence(seq->seq_id) && !ends_with_pending_sample(group, *seq) &&
+    if (kv_->has_sequence(seq->seq_id) && !ends_with_pending_sample(group, *seq) &&
         group.num_tokens(*seq) - seq->num_computed_tokens == 1) {
       ++decodes;
     }
@@ -129,7 +175,7 @@ void Scheduler::register_in_flight(const StepInput& step) {
 }
 
 int Scheduler::free_blocks(const Budget& budget) const {
-  return blocks_.num_free_device_blocks() - budget.planned_blocks;
+  return kv_->num_free_device_blocks() - budget.planned_blocks;
 }
 
 // ---- planning ----
@@ -139,33 +185,23 @@ Scheduler::PlannedSeq Scheduler::plan_seq(const SequenceGroup& group, const Sequ
   PlannedSeq planned;
   planned.seq_id = seq.seq_id;
   const int total = group.num_tokens(seq);
-  const int block_size = blocks_.block_size();
+  const bool held = kv_->has_sequence(seq.seq_id);
+  const cache::SeqReservation future = reservation(group, seq);
   int start = seq.num_computed_tokens;
-  int max_end = 0;  // the most tokens max_blocks can hold
-  if (!blocks_.has_sequence(seq.seq_id)) {
+  if (!held) {
     planned.allocate = true;
-    planned.num_hit_tokens = blocks_.cached_prefix_tokens(group.tokens(seq));
+    planned.num_hit_tokens = kv_->cached_prefix_tokens(group.tokens(seq));
     start = planned.num_hit_tokens;
-    // Hit blocks are counted as taken: a cached-free hit leaves the free queue, and a hit may
-    // be evicted by an earlier append of this step before allocate runs.
-    max_end = max_blocks * block_size;
-  } else {
-    const auto table = blocks_.block_table(seq.seq_id);
-    // Writing into a shared partial last block first copies it (copy-on-write).
-    const int cow = start % block_size != 0 && blocks_.device_ref_count(table.back()) > 1 ? 1 : 0;
-    max_end =
-        max_blocks < cow ? 0 : (blocks_for(start, block_size) + max_blocks - cow) * block_size;
-    planned.num_blocks = cow;
   }
+  // The most tokens max_blocks can hold (for paged, hit blocks are counted as taken: a
+  // cached-free hit leaves the free queue, and a hit may be evicted by an earlier append of
+  // this step before allocate runs; a shared partial last block is copied before a write).
+  const int max_end = kv_->max_end_tokens(seq.seq_id, held, max_blocks, future);
   int take = std::min({total - start, token_budget, max_end - start});
   if (leave_last) take = std::min(take, total - start - 1);
   planned.num_tokens = std::max(take, 0);
-  if (planned.num_tokens == 0) {
-    planned.num_blocks = 0;
-    return planned;
-  }
-  const int held = planned.allocate ? 0 : blocks_for(start, block_size);
-  planned.num_blocks += blocks_for(start + planned.num_tokens, block_size) - held;
+  if (planned.num_tokens == 0) return planned;
+  planned.num_blocks = kv_->blocks_to_hold(seq.seq_id, held, start + planned.num_tokens, future);
   return planned;
 }
 
@@ -180,8 +216,8 @@ Scheduler::PlannedGroup Scheduler::plan_group(SequenceGroup& group, int token_bu
   int blocks_left = free_blocks;
   bool every_seq_samples = true;
   for (const Sequence* seq : plan_order(group)) {
-    const bool allocate = !blocks_.has_sequence(seq->seq_id);
-    const int max_blocks = allocate ? blocks_left - blocks_.watermark_blocks() : blocks_left;
+    const bool allocate = !kv_->has_sequence(seq->seq_id);
+    const int max_blocks = allocate ? blocks_left - kv_->watermark_blocks() : blocks_left;
     const PlannedSeq planned = plan_seq(group, *seq, tokens_left, max_blocks, leave_last);
     const int start = planned.allocate ? planned.num_hit_tokens : seq->num_computed_tokens;
     every_seq_samples &=
@@ -207,8 +243,7 @@ std::vector<const Sequence*> Scheduler::plan_order(const SequenceGroup& group) c
     if (!seq.finished() && !ends_with_pending_sample(group, seq)) order.push_back(&seq);
   }
   auto uncomputed = [&](const Sequence* s) {
-    return blocks_.has_sequence(s->seq_id) ? group.num_tokens(*s) - s->num_computed_tokens
-                                           : 1 << 30;
+    return kv_->has_sequence(s->seq_id) ? group.num_tokens(*s) - s->num_computed_tokens : 1 << 30;
   };
   std::stable_sort(order.begin(), order.end(), [&](const Sequence* a, const Sequence* b) {
     return uncomputed(a) < uncomputed(b);
@@ -221,8 +256,8 @@ std::vector<const Sequence*> Scheduler::plan_order(const SequenceGroup& group) c
 int Scheduler::min_blocks_to_progress(const SequenceGroup& group, int token_budget) const {
   int blocks = 0;
   for (const Sequence* seq : plan_order(group)) {
-    if (token_budget <= 0 || !blocks_.has_sequence(seq->seq_id)) break;
-    const PlannedSeq one = plan_seq(group, *seq, 1, 1 << 20, /*leave_last=*/false);
+    if (token_budget <= 0 || !kv_->has_sequence(seq->seq_id)) break;
+    const PlannedSeq one = plan_seq(group, *seq, 1, cache::kUnboundedBlocks, /*leave_last=*/false);
     token_budget -= one.num_tokens;
     blocks += one.num_blocks;
   }
@@ -257,7 +292,7 @@ bool Scheduler::plan_running(StepInput& step, std::vector<PlannedGroup>& plans, 
         fail(group, FinishReason::kError,
              "the request's " + std::to_string(group.num_live()) +
                  " sequences need more KV blocks than the pool has (" +
-                 std::to_string(blocks_.num_total_device_blocks()) +
+                 std::to_string(kv_->num_total_device_blocks()) +
                  "); raise --kv-cache-memory or --num-kv-blocks");
         dropped = true;
         break;
@@ -271,8 +306,9 @@ bool Scheduler::plan_running(StepInput& step, std::vector<PlannedGroup>& plans, 
       }
     }
     if (dropped) break;  // the group was the last one running
-    commit(plan_group(group, budget.tokens, free_blocks(budget), false), plans, budget,
-           group.num_live());
+    PlannedGroup plan = plan_group(group, budget.tokens, free_blocks(budget), false);
+    reserve_planned(group, plan);
+    commit(std::move(plan), plans, budget, group.num_live());
   }
   return preempted;
 }
@@ -284,8 +320,8 @@ bool Scheduler::plan_running(StepInput& step, std::vector<PlannedGroup>& plans, 
 int Scheduler::blocks_to_resume(SequenceGroup& group) const {
   std::set<cache::BlockId> distinct;
   for (const Sequence& seq : group.seqs) {
-    if (seq.finished() || !blocks_.has_sequence(seq.seq_id)) continue;
-    for (cache::BlockId id : blocks_.cpu_block_table(seq.seq_id)) distinct.insert(id);
+    if (seq.finished() || !kv_->has_sequence(seq.seq_id)) continue;
+    for (cache::BlockId id : kv_->cpu_block_table(seq.seq_id)) distinct.insert(id);
   }
   return static_cast<int>(distinct.size());
 }
@@ -297,29 +333,33 @@ void Scheduler::resume_swapped(StepInput& step, std::vector<PlannedGroup>& plans
     if (budget.num_seqs + group.num_live() > config_.max_num_seqs) break;
     // The swap-in plus one new block per sequence for the token this step computes.
     const int need = blocks_to_resume(group) + group.num_live();
-    if (need > free_blocks(budget) - blocks_.watermark_blocks()) break;
+    if (need > free_blocks(budget) - kv_->watermark_blocks()) break;
     for (Sequence* seq : group.live()) {
-      if (!blocks_.has_sequence(seq->seq_id)) continue;
-      const std::vector<cache::BlockCopy> copies = blocks_.swap_in(seq->seq_id);
+      if (!kv_->has_sequence(seq->seq_id)) continue;
+      const std::vector<cache::BlockCopy> copies = kv_->swap_in(seq->seq_id);
       step.swap_in.insert(step.swap_in.end(), copies.begin(), copies.end());
     }
     swapped_.pop_front();
     group.status = GroupStatus::kRunning;
     running_.push_back(group.request_id);
-    commit(plan_group(group, budget.tokens, free_blocks(budget), false), plans, budget,
-           group.num_live());
+    PlannedGroup plan = plan_group(group, budget.tokens, free_blocks(budget), false);
+    reserve_planned(group, plan);
+    commit(std::move(plan), plans, budget, group.num_live());
   }
 }
 
 bool Scheduler::can_never_run(SequenceGroup& group) {
   const Sequence* first = group.live().front();
-  if (blocks_.check_allocate(group.tokens(*first)) != cache::AllocStatus::kNever) return false;
-  const int blocks_needed = blocks_for(group.num_tokens(*first), blocks_.block_size());
+  if (kv_->check_admission(group.tokens(*first), reservation(group, *first)) !=
+      cache::AllocStatus::kNever) {
+    return false;
+  }
+  const int blocks_needed = blocks_for(group.num_tokens(*first), kv_->block_size());
   fail(group, FinishReason::kError,
        "the sequence needs " + std::to_string(blocks_needed) +
            " KV blocks but the pool can never give it that many (" +
-           std::to_string(blocks_.num_total_device_blocks()) + " blocks, " +
-           std::to_string(blocks_.watermark_blocks()) +
+           std::to_string(kv_->num_total_device_blocks()) + " blocks, " +
+           std::to_string(kv_->watermark_blocks()) +
            " kept back); raise --kv-cache-memory or --num-kv-blocks");
   return true;
 }
@@ -330,9 +370,23 @@ void Scheduler::admit_waiting(std::vector<PlannedGroup>& plans, Budget& budget) 
     if (group.has_pending_samples()) break;  // preempted while sampling: its token comes first
     if (can_never_run(group)) continue;
     if (budget.num_seqs + max_running_seqs(group) > config_.max_num_seqs) break;
+    if (config_.admit_whole_prompt_only) {
+      const Sequence& first = *group.live().front();
+      const int whole = kv_->blocks_to_hold(first.seq_id, false, group.num_tokens(first),
+                                            reservation(group, first));
+      if (whole > free_blocks(budget) - kv_->watermark_blocks()) break;
+    }
     PlannedGroup plan = plan_group(group, budget.tokens, free_blocks(budget), false);
-    // FCFS: stop at the first group whose first sequence does not fit.
+    // FCFS: stop at the first group whose first sequence does not fit (for the reserving
+    // allocators: in one contiguous hole).
     if (plan.seqs.empty() || plan.seqs.front().seq_id != group.live().front()->seq_id) break;
+    reserve_planned(group, plan);
+    if (plan.seqs.empty() || plan.seqs.front().seq_id != group.live().front()->seq_id) {
+      for (const PlannedSeq& planned : plan.seqs) {
+        if (planned.allocate) kv_->free(planned.seq_id);
+      }
+      break;
+    }
     waiting_.pop_front();
     group.status = GroupStatus::kRunning;
     running_.push_back(group.request_id);
@@ -347,19 +401,21 @@ void Scheduler::preempt(SequenceGroup& group, StepInput& step) {
   ++group.num_preemptions;
   std::set<cache::BlockId> device_blocks;  // what swapping out would copy, at most
   for (Sequence* seq : group.live()) {
-    if (!blocks_.has_sequence(seq->seq_id)) continue;
-    for (cache::BlockId id : blocks_.block_table(seq->seq_id)) device_blocks.insert(id);
+    if (!kv_->has_sequence(seq->seq_id)) continue;
+    for (cache::BlockId id : kv_->block_table(seq->seq_id)) device_blocks.insert(id);
   }
   // Swap falls back to recompute when the CPU pool cannot take the group, as vLLM does.
+  // Allocators without swap space (num_free_cpu_blocks() == 0) always recompute.
   const bool swap = config_.preemption_mode == PreemptionMode::kSwap &&
-                    static_cast<int>(device_blocks.size()) <= blocks_.num_free_cpu_blocks();
+                    kv_->num_free_cpu_blocks() > 0 &&
+                    static_cast<int>(device_blocks.size()) <= kv_->num_free_cpu_blocks();
   for (Sequence* seq : group.live()) {
-    if (!blocks_.has_sequence(seq->seq_id)) continue;
+    if (!kv_->has_sequence(seq->seq_id)) continue;
     if (swap) {
-      const std::vector<cache::BlockCopy> copies = blocks_.swap_out(seq->seq_id);
+      const std::vector<cache::BlockCopy> copies = kv_->swap_out(seq->seq_id);
       step.swap_out.insert(step.swap_out.end(), copies.begin(), copies.end());
     } else {
-      blocks_.free(seq->seq_id);
+      kv_->free(seq->seq_id);
       seq->num_computed_tokens = 0;
     }
   }
@@ -368,6 +424,7 @@ void Scheduler::preempt(SequenceGroup& group, StepInput& step) {
     swapped_.push_front(group.request_id);
     ++stats_.num_preemptions_swap;
   } else {
+    kv_->release_group(group.request_id);
     group.status = GroupStatus::kWaiting;
     waiting_.push_front(group.request_id);
     ++stats_.num_preemptions_recompute;
@@ -392,7 +449,7 @@ ScheduledSequence Scheduler::run_seq(SequenceGroup& group, Sequence& seq, const 
     // from the plan's when this step published or evicted blocks since: fewer new tokens then.
     const int end = std::min(planned.num_hit_tokens + planned.num_tokens, total);
     const cache::AllocationResult allocation =
-        blocks_.allocate(seq.seq_id, std::span<const int32_t>(tokens).first(end));
+        kv_->allocate(seq.seq_id, std::span<const int32_t>(tokens).first(end));
     if (group.num_cached_tokens < 0) group.num_cached_tokens = allocation.num_cached_tokens;
     seq.num_computed_tokens = allocation.num_cached_tokens;
     scheduled.new_token_ids.assign(tokens.begin() + allocation.num_cached_tokens,
@@ -404,13 +461,13 @@ ScheduledSequence Scheduler::run_seq(SequenceGroup& group, Sequence& seq, const 
     for (int32_t token : scheduled.new_token_ids) {
       // The token the step in flight samples: its block is hashed when update() knows it.
       const std::vector<cache::BlockCopy> copies = token == kPlaceholderToken
-                                                       ? blocks_.append_pending_token(seq.seq_id)
-                                                       : blocks_.append_token(seq.seq_id, token);
+                                                       ? kv_->append_pending_token(seq.seq_id)
+                                                       : kv_->append_token(seq.seq_id, token);
       step.block_copies.insert(step.block_copies.end(), copies.begin(), copies.end());
     }
   }
   scheduled.num_computed_tokens = seq.num_computed_tokens;
-  const auto table = blocks_.block_table(seq.seq_id);
+  const auto table = kv_->block_table(seq.seq_id);
   scheduled.block_table.assign(table.begin(), table.end());
   scheduled.sample =
       seq.num_computed_tokens + static_cast<int>(scheduled.new_token_ids.size()) == total;
@@ -470,6 +527,11 @@ StepInput Scheduler::schedule() {
   }
   StepInput step;
   step.step_id = next_step_id_++;
+  // Fork copies from the last update() first. Safe ahead of this step's own copies: only the
+  // reserving allocators return them, and they have no swap or prefix cache, so nothing this
+  // step does can read the destination before the step's forward pass writes it anew.
+  step.block_copies = std::move(pending_fork_copies_);
+  pending_fork_copies_.clear();
   ++stats_.num_steps;
   // Decodes come first: one token per decoding sequence is reserved up front, and each running
   // group takes its reservation back when its turn comes; prefill chunks share what is left.
@@ -489,7 +551,7 @@ StepInput Scheduler::schedule() {
     if (!in_flight_.empty()) ++stats_.num_steps_planned_ahead;
     register_in_flight(step);
   }
-  stats_.peak_used_blocks = std::max(stats_.peak_used_blocks, blocks_.num_used_device_blocks());
+  stats_.peak_used_blocks = std::max(stats_.peak_used_blocks, kv_->num_used_device_blocks());
   return step;
 }
 

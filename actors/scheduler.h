@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -38,6 +39,7 @@
 #include "actors/sequence_group.h"
 #include "actors/step_messages.h"
 #include "cache/block_manager.h"
+#include "cache/kv_allocator.h"
 #include "model/sampling_params.h"
 
 namespace pagedserve::actors {
@@ -51,6 +53,9 @@ struct NewRequest {
   std::vector<int32_t> prompt_token_ids;
   model::SamplingParams sampling;
   uint64_t seed = 0;  // the request's seed (drawn at random by the engine when not given)
+  // The request's true output length when known in advance (a trace replay), else 0. Only the
+  // reserve-oracle and reserve-pow2 allocators read it (to size their regions).
+  int output_len_hint = 0;
 };
 
 // One sequence's change in one step.
@@ -94,6 +99,13 @@ struct SchedulerConfig {
   int max_num_batched_tokens = 8192;  // tokens computed per step: decodes + prefill chunks
   PreemptionMode preemption_mode = PreemptionMode::kRecompute;
   std::vector<int32_t> eos_token_ids;
+  cache::KvAllocatorKind kv_allocator = cache::KvAllocatorKind::kPaged;  // --kv-allocator
+  // Admit a waiting group only when blocks for its whole prompt (plus tokens to recompute) are
+  // free now, as vLLM v0 did, even though chunked prefill computes a chunk at a time. Off: a
+  // group may start with whatever chunk the free blocks hold, which in a nearly full pool can
+  // thrash (admitted, preempted, recomputed again). The reserving allocators always need
+  // their whole region, so this only changes the paged allocator.
+  bool admit_whole_prompt_only = false;
 };
 
 // Counters the engine reports.
@@ -133,7 +145,9 @@ class Scheduler {
   // a step. Throws std::logic_error for a step that is not in flight.
   std::vector<RequestUpdate> update(const StepInput& input, const StepOutput& output);
 
-  const cache::BlockManager& block_manager() const { return blocks_; }
+  // The paged allocator's BlockManager; throws std::logic_error under another allocator.
+  const cache::BlockManager& block_manager() const;
+  const cache::KvAllocator& kv_allocator() const { return *kv_; }
   SchedulerStats stats() const;
   size_t num_running() const { return running_.size(); }  // groups
   size_t num_waiting() const { return waiting_.size(); }
@@ -184,6 +198,11 @@ class Scheduler {
   bool ends_with_pending_sample(const SequenceGroup& group, const Sequence& seq) const;
   bool is_in_flight(uint64_t seq_id) const;
   void register_in_flight(const StepInput& step);
+  cache::SeqReservation reservation(const SequenceGroup& group, const Sequence& seq) const;
+  // Has the allocator take the memory of every sequence the plan allocates (see
+  // cache/kv_allocator.h); a sequence whose memory does not fit is dropped from the plan.
+  void reserve_planned(SequenceGroup& group, PlannedGroup& plan);
+  void fork_seq(uint64_t parent, uint64_t child);
 
   // ---- update (scheduler_update.cpp) ----
   RequestUpdate sample_step(SequenceGroup& group, const StepInput& input, const StepOutput& output,
@@ -203,7 +222,9 @@ class Scheduler {
   RequestUpdate new_update(const SequenceGroup& group) const;
 
   SchedulerConfig config_;
-  cache::BlockManager blocks_;
+  std::unique_ptr<cache::KvAllocator> kv_;
+  // Copies a fork returned (allocators without sharing), run at the start of the next step.
+  std::vector<cache::BlockCopy> pending_fork_copies_;
   std::map<uint64_t, SequenceGroup> groups_;  // by request id
   std::deque<uint64_t> waiting_;        // FCFS; groups preempted by recompute go back to the front
   std::deque<uint64_t> swapped_;        // resumed front first, before any new admission

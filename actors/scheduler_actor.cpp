@@ -264,7 +264,8 @@ void SchedulerActor::State::collect(std::vector<RequestUpdate> updates) {
 }
 
 void SchedulerActor::State::publish_stats() {
-  const cache::BlockManager& blocks = scheduler.block_manager();
+  const cache::KvAllocator& blocks = scheduler.kv_allocator();
+  const cache::BlockManager* paged = blocks.block_manager();  // nullptr for reserve-*
   const SchedulerStats sched = scheduler.stats();
   EngineStats counts;
   counts.num_running_seqs = static_cast<int>(scheduler.num_running());
@@ -273,9 +274,9 @@ void SchedulerActor::State::publish_stats() {
   counts.num_kv_blocks_total = blocks.num_total_device_blocks();
   counts.num_kv_blocks_used = blocks.num_used_device_blocks();
   counts.num_kv_blocks_free = blocks.num_free_device_blocks();
-  counts.num_kv_blocks_cached = blocks.num_cached_blocks();
+  counts.num_kv_blocks_cached = paged != nullptr ? paged->num_cached_blocks() : 0;
   counts.peak_kv_blocks_used = sched.peak_used_blocks;
-  counts.prefix_cache_queries_tokens = blocks.prefix_cache_queries_tokens();
+  counts.prefix_cache_queries_tokens = paged != nullptr ? paged->prefix_cache_queries_tokens() : 0;
   counts.prefix_cache_hits_tokens = blocks.prefix_cache_hits_tokens();
   counts.num_preemptions_swap = sched.num_preemptions_swap;
   counts.num_preemptions_recompute = sched.num_preemptions_recompute;

@@ -59,7 +59,7 @@ std::vector<RequestUpdate> Scheduler::update(const StepInput& input, const StepO
       ++it;
       continue;
     }
-    if (blocks_.has_sequence(*it)) blocks_.free(*it);
+    if (kv_->has_sequence(*it)) kv_->free(*it);
     it = deferred_frees_.erase(it);
   }
   return updates;
@@ -85,7 +85,7 @@ RequestUpdate Scheduler::sample_step(SequenceGroup& group, const StepInput& inpu
       Sequence child = group.seqs.front();
       child.seq_id = next_seq_id_++;
       child.index = static_cast<int>(i);
-      blocks_.fork(group.seqs.front().seq_id, child.seq_id);
+      fork_seq(group.seqs.front().seq_id, child.seq_id);
       group.seqs.push_back(std::move(child));
     }
     for (size_t i = 0; i < samples.size(); ++i) {
@@ -100,8 +100,8 @@ void Scheduler::append_sample(SequenceGroup& group, Sequence& seq,
   seq.output_token_ids.push_back(sample.token_id);
   seq.cumulative_logprob += sample.logprob;
   // The step planned ahead reserved this token's slot before its value was known.
-  if (blocks_.has_sequence(seq.seq_id) && blocks_.has_pending_token(seq.seq_id)) {
-    blocks_.resolve_pending_token(seq.seq_id, sample.token_id);
+  if (kv_->has_sequence(seq.seq_id) && kv_->has_pending_token(seq.seq_id)) {
+    kv_->resolve_pending_token(seq.seq_id, sample.token_id);
   }
   seq.finish_reason = check_stop(group, seq);
   if (seq.finished()) free_seq(seq);
@@ -157,7 +157,7 @@ RequestUpdate Scheduler::beam_step(SequenceGroup& group, const StepInput& input,
     const uint64_t parent_id = parent_ids[scored[i].candidate.parent];
     if (!claimed.insert(parent_id).second) {
       beam.seq_id = next_seq_id_++;
-      blocks_.fork(parent_id, beam.seq_id);
+      fork_seq(parent_id, beam.seq_id);
     }
     beam.index = static_cast<int>(next.size());
     next.push_back(std::move(beam));
@@ -234,13 +234,13 @@ std::vector<CompletedSequence> Scheduler::final_outputs(SequenceGroup& group) co
 }
 
 void Scheduler::free_seq(Sequence& seq) {
-  if (seq.seq_id == 0 || !blocks_.has_sequence(seq.seq_id)) return;
+  if (seq.seq_id == 0 || !kv_->has_sequence(seq.seq_id)) return;
   // Still part of a step in flight (overlap): the executor may be writing its blocks.
   if (is_in_flight(seq.seq_id)) {
     deferred_frees_.insert(seq.seq_id);
     return;
   }
-  blocks_.free(seq.seq_id);
+  kv_->free(seq.seq_id);
 }
 
 RequestUpdate Scheduler::new_update(const SequenceGroup& group) const {
@@ -254,6 +254,7 @@ void Scheduler::finish_group(SequenceGroup& group, RequestUpdate& update) {
   for (Sequence& seq : group.seqs) {
     if (!seq.finished()) free_seq(seq);
   }
+  kv_->release_group(group.request_id);
   update.finished = true;
   update.outputs = final_outputs(group);
   update.num_cached_tokens = std::max(group.num_cached_tokens, 0);

@@ -48,6 +48,7 @@ struct SequenceGroup {
   bool forked = false;         // the prompt's logits were sampled: seqs are children or beams
   int num_cached_tokens = -1;  // prompt tokens the prefix cache served at first admission
   int num_preemptions = 0;
+  int output_len_hint = 0;  // NewRequest::output_len_hint
   // Live sequences, plus finished ones kept for the final output (finished sequences hold no
   // blocks). Sampling groups keep index order; beam search keeps finished beams here too.
   std::vector<Sequence> seqs;

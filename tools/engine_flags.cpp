@@ -4,8 +4,9 @@
 namespace pagedserve::tools {
 
 const std::set<std::string> kEngineValueFlags = {
-    "model",        "block-size",    "num-kv-blocks",          "kv-cache-memory", "swap-space",
-    "max-num-seqs", "max-model-len", "max-num-batched-tokens", "preemption-mode", "threads"};
+    "model",           "block-size",   "num-kv-blocks", "kv-cache-memory",
+    "swap-space",      "max-num-seqs", "max-model-len", "max-num-batched-tokens",
+    "preemption-mode", "threads",      "kv-allocator"};
 const std::set<std::string> kEngineBoolFlags = {"no-prefix-caching"};
 
 const char* const kEngineFlagsHelp =
@@ -22,7 +23,9 @@ const char* const kEngineFlagsHelp =
     "  --no-prefix-caching          turn automatic prefix caching off\n"
     "  --preemption-mode MODE       swap or recompute, when KV blocks run out (default: swap\n"
     "                               with --swap-space, else recompute)\n"
-    "  --threads N                  CPU executor threads (default 0: one per core)\n";
+    "  --threads N                  CPU executor threads (default 0: one per core)\n"
+    "  --kv-allocator NAME          paged (default), or the Orca-style baselines reserve-max,\n"
+    "                               reserve-pow2, reserve-oracle (one contiguous region each)\n";
 
 actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
   actors::EngineConfig config;
@@ -45,6 +48,13 @@ actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
       config.preemption_mode = actors::PreemptionMode::kRecompute;
     } else {
       throw UsageError("--preemption-mode must be swap or recompute, got '" + mode + "'");
+    }
+  }
+  if (flags.has("kv-allocator")) {
+    try {
+      config.kv_allocator = cache::parse_kv_allocator(flags.require("kv-allocator"));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--kv-allocator: ") + e.what());
     }
   }
   return config;

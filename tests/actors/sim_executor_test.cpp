@@ -1,0 +1,111 @@
+// The simulated executor: the cost model's arithmetic by hand, the virtual clock, fixed
+// samples, the profile's validation, and the least-squares fit recovering known coefficients.
+#include "actors/sim_executor.h"
+
+#include <gtest/gtest.h>
+
+namespace pagedserve::actors {
+namespace {
+
+SimProfile profile() {
+  SimProfile p;
+  p.step_overhead_s = 0.01;
+  p.per_batched_token_s = 0.001;
+  p.per_kv_token_read_s = 0.0001;
+  p.swap_bytes_per_s = 1000.0;
+  p.swap_per_block_s = 0.5;
+  p.copy_bytes_per_s = 4000.0;
+  p.kv_bytes_per_token = 10;
+  p.kv_cache_bytes = 10 * 4 * 8;
+  return p;
+}
+
+ScheduledSequence seq(int computed, int fresh, bool sample) {
+  ScheduledSequence s;
+  s.num_computed_tokens = computed;
+  s.new_token_ids.assign(fresh, 3);
+  s.sample = sample;
+  if (sample) s.sample_seeds = {1, 2};
+  return s;
+}
+
+TEST(SimExecutor, StepTimeIsTheCostModel) {
+  StepInput input;
+  input.seqs = {seq(0, 5, true), seq(20, 1, true)};  // a prompt of 5, a decode at 20
+  input.swap_out = {{0, 0}};
+  input.swap_in = {{1, 1}, {2, 2}};
+  input.block_copies = {{3, 4}};
+  const StepShape shape = step_shape(input);
+  EXPECT_EQ(shape.batched_tokens, 6);
+  EXPECT_EQ(shape.kv_tokens_read, 5 + 21);
+  EXPECT_EQ(shape.swapped_blocks, 3);
+  EXPECT_EQ(shape.copied_blocks, 1);
+  // Block of 4 tokens = 40 bytes: swap 3 x (0.5 + 40/1000), copy 40/4000.
+  const double expected = 0.01 + 0.001 * 6 + 0.0001 * 26 + 3 * (0.5 + 0.04) + 0.01;
+  EXPECT_NEAR(step_seconds(profile(), shape, 4), expected, 1e-12);
+}
+
+TEST(SimExecutor, AdvancesAVirtualClockAndSamplesFixedTokens) {
+  SimExecutor executor(profile(), 4, 8, 0);
+  EXPECT_EQ(executor.now_s(), 0.0);
+  executor.advance_to(2.0);
+  executor.advance_to(1.0);  // never backwards
+  EXPECT_EQ(executor.now_s(), 2.0);
+  StepInput input;
+  input.seqs = {seq(0, 3, false), seq(7, 1, true)};
+  input.seqs[1].num_top_logprobs = 4;
+  const StepOutput out = executor.execute(input);
+  EXPECT_NEAR(executor.last_step_s(), 0.01 + 0.001 * 4 + 0.0001 * (3 + 8), 1e-12);
+  EXPECT_NEAR(executor.now_s(), 2.0 + executor.last_step_s(), 1e-12);
+  ASSERT_EQ(out.seqs.size(), 2u);
+  EXPECT_TRUE(out.seqs[0].samples.empty());
+  ASSERT_EQ(out.seqs[1].samples.size(), 2u);
+  EXPECT_EQ(out.seqs[1].samples[0].token_id, SimExecutor::kSampledToken);
+  ASSERT_EQ(out.seqs[1].top_logprobs.size(), 4u);
+  EXPECT_GT(out.seqs[1].top_logprobs[0].logprob, out.seqs[1].top_logprobs[3].logprob);
+  // An empty step costs nothing (the engine only idles).
+  executor.execute(StepInput{});
+  EXPECT_EQ(executor.last_step_s(), 0.0);
+}
+
+TEST(SimExecutor, ProfileValidationNamesTheField) {
+  nlohmann::json json = sim_profile_to_json(profile());
+  EXPECT_EQ(sim_profile_from_json(json).kv_bytes_per_token, 10);
+  json.erase("per_batched_token_s");
+  try {
+    sim_profile_from_json(json);
+    FAIL() << "accepted a profile without per_batched_token_s";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("per_batched_token_s"), std::string::npos);
+  }
+  json = sim_profile_to_json(profile());
+  json["step_overhead_s"] = -1;
+  EXPECT_THROW(sim_profile_from_json(json), std::invalid_argument);
+  EXPECT_THROW(load_sim_profile("/nonexistent.json"), std::invalid_argument);
+}
+
+TEST(SimExecutor, FitRecoversKnownCoefficients) {
+  std::vector<StepSample> samples;
+  for (int b : {1, 4, 16, 64}) {
+    for (int kv : {10, 100, 1000}) {
+      StepSample s;
+      s.shape.batched_tokens = b;
+      s.shape.kv_tokens_read = kv + b;
+      s.seconds = 0.02 + 0.003 * b + 0.00005 * (kv + b);
+      samples.push_back(s);
+    }
+  }
+  const CostFit fit = fit_cost_model(samples);
+  EXPECT_NEAR(fit.a, 0.02, 1e-9);
+  EXPECT_NEAR(fit.b, 0.003, 1e-9);
+  EXPECT_NEAR(fit.c, 0.00005, 1e-10);
+  EXPECT_LT(fit.rms_error_s, 1e-9);
+  // Collinear samples (kv always = batched) cannot separate b from c.
+  std::vector<StepSample> collinear;
+  for (int b : {1, 2, 3, 4}) collinear.push_back({{b, b, 0, 0}, 0.01 * b});
+  EXPECT_THROW(fit_cost_model(collinear), std::invalid_argument);
+  EXPECT_THROW(fit_cost_model({}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace pagedserve::actors

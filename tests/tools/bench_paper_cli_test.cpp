@@ -1,0 +1,75 @@
+// `pagedserve bench paper --quick`: the whole simulated report on tiny workloads (a smoke test
+// that every experiment runs and the report says it is simulated), and its flag errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "tests/test_paths.h"
+
+namespace {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+CommandResult run(const std::string& args) {
+  CommandResult result;
+  FILE* pipe = popen((std::string(PAGEDSERVE_BINARY) + " " + args + " 2>&1").c_str(), "r");
+  if (!pipe) return result;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::filesystem::path write_profile(const std::filesystem::path& dir) {
+  const std::filesystem::path path = dir / "profile.json";
+  std::ofstream(path) << R"({"name": "test profile", "step_overhead_s": 0.017,
+    "per_batched_token_s": 0.00017, "per_kv_token_read_s": 5.3e-7, "swap_bytes_per_s": 25e9,
+    "swap_per_block_s": 1.2e-4, "kv_bytes_per_token": 819200, "kv_cache_bytes": 12884901888,
+    "max_model_len": 2048})";
+  return path;
+}
+
+TEST(BenchPaperCli, QuickRunWritesTheSimulatedReport) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("bench_paper_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path traces = pagedserve::testing::shared_dir() / "traces" / "azure-2023";
+  const CommandResult r =
+      run("bench paper --quick --profile " + write_profile(dir).string() + " --traces " +
+          traces.string() + " --out " + (dir / "RESULTS.md").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(dir / "RESULTS.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string md = text.str();
+  EXPECT_NE(md.find("SIMULATED"), std::string::npos);
+  for (const char* section :
+       {"## 1. KV memory breakdown", "### conversation trace", "### code trace", "## 3. Sharing",
+        "## 4. Shared prefix", "## 5. Preemption", "| reserve-max |", "| paged (swap) |"}) {
+    EXPECT_NE(md.find(section), std::string::npos) << section;
+  }
+  for (const char* svg : {"throughput_conv.svg", "throughput_code.svg", "preemption.svg"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir / svg)) << svg;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BenchPaperCli, MissingInputsAreNamed) {
+  const CommandResult r = run("bench paper --quick --profile /nonexistent/profile.json");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("/nonexistent/profile.json"), std::string::npos) << r.output;
+}
+
+}  // namespace

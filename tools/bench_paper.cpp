@@ -1,0 +1,148 @@
+// `pagedserve bench paper` (the PagedAttention paper's experiments, simulated; writes
+// docs/RESULTS.md) and `pagedserve bench calibrate` (fits a sim profile's step-cost
+// coefficients to the real CPU executor's step times).
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <random>
+
+#include "actors/engine_setup.h"
+#include "actors/sim_executor.h"
+#include "cache/block_manager.h"
+#include "tools/cli_flags.h"
+#include "tools/engine_flags.h"
+#include "tools/paper/paper_bench.h"
+#include "tools/subcommands.h"
+
+namespace pagedserve::tools {
+
+int run_bench_paper(const std::vector<std::string>& args) {
+  const CliFlags flags(args,
+                       {"profile", "traces", "out", "num-requests", "seed", "real-model",
+                        "real-requests", "threads"},
+                       {"quick", "help"});
+  if (flags.has("help")) {
+    std::cout << "usage: pagedserve bench paper [--profile FILE] [--traces DIR] [--out FILE]\n"
+                 "  --profile FILE     sim profile (default profiles/opt-13b-a100.json)\n"
+                 "  --traces DIR       folder of the Azure 2023 trace CSVs\n"
+                 "                     (default ../shared/traces/azure-2023)\n"
+                 "  --out FILE         the report (default docs/RESULTS.md); SVGs beside it\n"
+                 "  --num-requests N   requests per run (default 1000)\n"
+                 "  --quick            tiny workloads: a smoke test, not results\n"
+                 "  --real-model DIR   also a small real run on the CPU executor (a model from\n"
+                 "                     `pagedserve make-model`); --real-requests N (24),\n"
+                 "                     --threads N (2)\n"
+                 "All results are SIMULATED (--device sim); see profiles/README.md.\n";
+    return 0;
+  }
+  paper::PaperOptions options;
+  options.profile = flags.get("profile", "profiles/opt-13b-a100.json");
+  const std::filesystem::path traces = flags.get("traces", "../shared/traces/azure-2023");
+  options.conv_trace = traces / "AzureLLMInferenceTrace_conv.csv";
+  options.code_trace = traces / "AzureLLMInferenceTrace_code.csv";
+  options.out_md = flags.get("out", "docs/RESULTS.md");
+  options.num_requests = static_cast<int>(flags.get_int("num-requests", 1000, 1, 100000));
+  options.seed = static_cast<unsigned>(flags.get_int("seed", 0, 0, UINT32_MAX));
+  options.quick = flags.has("quick");
+  if (flags.has("real-model")) options.real_model = flags.require("real-model");
+  options.real_num_requests = static_cast<int>(flags.get_int("real-requests", 24, 1, 100000));
+  options.real_threads = static_cast<int>(flags.get_int("threads", 2, 1, 1024));
+  for (const auto& path : {options.conv_trace, options.code_trace, options.profile}) {
+    if (!std::filesystem::exists(path)) throw UsageError("no such file: " + path.string());
+  }
+  const auto start = std::chrono::steady_clock::now();
+  options.progress = [&](const std::string& line) {
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cerr << "[" << s << " s] " << line << "\n";
+  };
+  paper::run_paper(options);
+  std::cout << "wrote " << options.out_md.string() << " (simulated results)\n";
+  return 0;
+}
+
+// Steps of B sequences with L-token prompts (one prefill step, then decodes), timed on the
+// real executor, for B and L over a grid; a, b, c by least squares.
+int run_bench_calibrate(const std::vector<std::string>& args) {
+  std::set<std::string> value_flags = kEngineValueFlags;
+  value_flags.insert({"out", "name"});
+  const CliFlags flags(args, value_flags, {"help"});
+  if (flags.has("help")) {
+    std::cout << "usage: pagedserve bench calibrate --model DIR --out FILE [engine flags]\n"
+                 "Fits a sim profile's a, b, c to the CPU executor's measured step times.\n"
+              << kEngineFlagsHelp;
+    return 0;
+  }
+  actors::EngineSetup setup = actors::set_up_engine(engine_config_from_flags(flags));
+  const int bs = setup.config.block_size;
+  cache::BlockManagerConfig bm = setup.blocks;
+  bm.enable_prefix_caching = false;
+  std::vector<actors::StepSample> samples;
+  std::mt19937 rng(0);
+  const int vocab = setup.executor->model_config().vocab_size;
+  std::uniform_int_distribution<int32_t> token(0, vocab - 1);
+  uint64_t step_id = 0;
+  for (int batch : {1, 2, 4, 8}) {
+    for (int len : {16, 64, 128, 256}) {
+      if (len + 8 >= setup.config.max_model_len) continue;
+      cache::BlockManager blocks(bm);
+      if (int64_t{batch} * ((len + 8) / bs + 2) > blocks.num_total_device_blocks()) continue;
+      std::vector<actors::ScheduledSequence> seqs(batch);
+      for (int i = 0; i < batch; ++i) {
+        std::vector<int32_t> prompt(len);
+        for (int32_t& t : prompt) t = token(rng);
+        blocks.allocate(i + 1, prompt);
+        seqs[i].seq_id = i + 1;
+        seqs[i].new_token_ids = prompt;
+        seqs[i].sample = true;
+        seqs[i].sampling.temperature = 0.0f;
+        seqs[i].sample_seeds = {1};
+      }
+      for (int step = 0; step < 4; ++step) {
+        actors::StepInput input;
+        input.step_id = step_id++;
+        for (actors::ScheduledSequence& s : seqs) {
+          const auto table = blocks.block_table(s.seq_id);
+          s.block_table.assign(table.begin(), table.end());
+          input.seqs.push_back(s);
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        const actors::StepOutput out = setup.executor->execute(input);
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        samples.push_back({actors::step_shape(input), seconds});
+        for (size_t i = 0; i < seqs.size(); ++i) {
+          actors::ScheduledSequence& s = seqs[i];
+          s.num_computed_tokens += static_cast<int>(s.new_token_ids.size());
+          const int32_t next = out.seqs[i].samples.front().token_id;
+          s.new_token_ids = {next};
+          blocks.append_token(s.seq_id, next);
+        }
+      }
+    }
+  }
+  const actors::CostFit fit = actors::fit_cost_model(samples);
+  const model::ModelConfig& mc = setup.executor->model_config();
+  actors::SimProfile profile;
+  profile.name = flags.get("name", "calibrated on the CPU executor (" +
+                                       setup.config.model_dir.filename().string() + ")");
+  profile.step_overhead_s = std::max(fit.a, 0.0);
+  profile.per_batched_token_s = std::max(fit.b, 0.0);
+  profile.per_kv_token_read_s = std::max(fit.c, 0.0);
+  profile.kv_bytes_per_token =
+      int64_t{2} * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * 4;
+  profile.kv_cache_bytes = int64_t{setup.config.num_kv_blocks} * bs * profile.kv_bytes_per_token;
+  profile.max_model_len = setup.config.max_model_len;
+  profile.vocab_size = mc.vocab_size;
+  nlohmann::ordered_json json = actors::sim_profile_to_json(profile);
+  json["_comment"] = "Fitted by `pagedserve bench calibrate` from " +
+                     std::to_string(samples.size()) + " steps; rms error " +
+                     std::to_string(fit.rms_error_s) +
+                     " s. Wall-clock timings: noisy on a busy machine.";
+  const std::string out_path = flags.require("out");
+  std::ofstream(out_path) << json.dump(2) << "\n";
+  std::cout << json.dump(2) << "\nwrote " << out_path << "\n";
+  return 0;
+}
+
+}  // namespace pagedserve::tools
