@@ -21,6 +21,11 @@
 // forward pass writes a layer's K/V before any sequence reads it) or an earlier one, and a
 // prefix hit never reads K/V that no step computes. Preemption runs before any allocation of
 // the step, so no block is hashed and then dropped uncomputed.
+//
+// With overlap scheduling (see scheduler.h) the same holds: a block hashed while planning step
+// N+1 is computed by N+1 or by N (which runs first); a block filled by a placeholder is hashed
+// by update(N) while N+1, which computes it, is queued or running, so only steps planned after
+// that (and run after N+1) can hit it.
 #include "actors/scheduler.h"
 
 #include <algorithm>
