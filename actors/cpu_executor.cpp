@@ -49,6 +49,7 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
     const ScheduledSequence& seq = input.seqs[i];
     if (!seq.sample) continue;
     std::span<const float> row_logits(logits.data() + row * vocab, vocab);
+    const std::span<const float> raw_logits = row_logits;  // what reported logprobs describe
     std::vector<float> masked;
     if (!seq.banned_token_ids.empty() || seq.sampling.has_penalties()) {
       masked.assign(row_logits.begin(), row_logits.end());
@@ -67,6 +68,11 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
     }
     if (seq.num_top_logprobs > 0) {
       out.top_logprobs = model::top_logprobs(row_logits, seq.num_top_logprobs);
+    }
+    if (seq.sampling.logprobs) {
+      std::vector<int32_t> drawn;
+      for (const model::TokenLogprob& sample : out.samples) drawn.push_back(sample.token_id);
+      out.reported_logprobs = model::sample_logprobs(raw_logits, drawn, *seq.sampling.logprobs);
     }
     ++row;
   }

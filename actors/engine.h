@@ -38,6 +38,21 @@ struct GenerateRequest {
   model::SamplingParams sampling;
 };
 
+// One candidate token's log-probability as a client sees it (SamplingParams::logprobs; raw
+// logprobs, see model/sampler.h). `token` is the token decoded on its own, as vLLM reports it
+// (valid UTF-8: a partial character decodes to U+FFFD); `bytes` the raw bytes it stands for.
+struct TokenLogprobInfo {
+  int32_t token_id = -1;
+  float logprob = 0.0f;
+  std::string token;
+  std::string bytes;
+};
+// One generated token: its own logprob and the `logprobs` most likely candidates.
+struct TokenLogprobs {
+  TokenLogprobInfo sampled;
+  std::vector<TokenLogprobInfo> top;  // best first
+};
+
 // One step of one request's output. Each output (index) ends with an event whose
 // `sequence_finished` is true; the stream ends with exactly one event whose `finished` is true
 // (for n == 1 both are set on the same event, which may also carry the last tokens).
@@ -45,6 +60,8 @@ struct TokenEvent {
   uint64_t request_id = 0;
   int index = 0;                   // which of the request's outputs (0 .. n-1)
   std::vector<int32_t> token_ids;  // the tokens this event adds (may be empty)
+  // Only when the request set sampling.logprobs: one per token in token_ids.
+  std::vector<TokenLogprobs> logprobs;
   std::string text;                // the text they complete (UTF-8; held back while it might
                                    // start a stop string or ends in a partial character)
   bool sequence_finished = false;  // output `index` is complete; finish_reason says why

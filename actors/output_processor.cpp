@@ -25,6 +25,7 @@ SequenceOutput OutputProcessor::process_sequence(uint64_t request_id, Request& r
   if (seq->stopped()) return out;  // a step that raced with the stop
 
   out.new_token_ids = update.new_token_ids;
+  out.logprobs = update.logprobs;
   seq->push(update.new_token_ids);
   if (update.finished()) seq->finish();
   if (seq->stopped()) {

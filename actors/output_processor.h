@@ -22,8 +22,9 @@ namespace pagedserve::actors {
 
 // One sequence's news in one step.
 struct SequenceOutput {
-  int index = 0;                       // the sequence's index in its request
-  std::vector<int32_t> new_token_ids;  // tokens sampled this step
+  int index = 0;                                // the sequence's index in its request
+  std::vector<int32_t> new_token_ids;           // tokens sampled this step
+  std::vector<model::SampleLogprobs> logprobs;  // parallel to new_token_ids, when asked for
   // Text that became final this step. Text that could still turn out to start a stop string is
   // held back until it cannot; a matched stop string and anything after it are never sent.
   std::string text_delta;

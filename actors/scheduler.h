@@ -60,8 +60,10 @@ struct NewRequest {
 
 // One sequence's change in one step.
 struct SequenceUpdate {
-  int index = 0;                                     // the sequence's index in its request
-  std::vector<int32_t> new_token_ids;                // tokens sampled this step (one, or none)
+  int index = 0;                       // the sequence's index in its request
+  std::vector<int32_t> new_token_ids;  // tokens sampled this step (one, or none)
+  // Only when the request asked for logprobs: one per new token (model/sampler.h).
+  std::vector<model::SampleLogprobs> logprobs;
   double cumulative_logprob = 0.0;                   // after this step
   FinishReason finish_reason = FinishReason::kNone;  // set in the step it finishes
 

@@ -225,6 +225,7 @@ void SchedulerActor::State::collect(std::vector<RequestUpdate> updates) {
       if (seq.finished()) delta.sequence_finish_reason = finish_reason_name(seq.finish_reason);
       num_generated_tokens += static_cast<int64_t>(seq.new_token_ids.size());
       delta.token_ids = std::move(seq.new_token_ids);
+      delta.logprobs = std::move(seq.logprobs);
       delta.num_cached_tokens = update.num_cached_tokens;
       outbox.push_back(std::move(delta));
       it->second.streamed = true;

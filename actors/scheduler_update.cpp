@@ -74,8 +74,14 @@ RequestUpdate Scheduler::sample_step(SequenceGroup& group, const StepInput& inpu
       throw std::logic_error("Scheduler::update: no sample for request " +
                              std::to_string(group.request_id));
     }
+    const std::vector<model::SampleLogprobs>& reported = output.seqs[row].reported_logprobs;
+    // The client's logprobs ride on the update append_sample just made for draw i.
+    const auto attach_logprobs = [&](size_t i) {
+      if (i < reported.size()) update.seqs.back().logprobs = {reported[i]};
+    };
     if (group.forked) {
       append_sample(group, *group.find(input.seqs[row].seq_id), samples.front(), update);
+      attach_logprobs(0);
       continue;
     }
     // The prompt's logits: fork the one sequence into best_of children that share its blocks
@@ -90,6 +96,7 @@ RequestUpdate Scheduler::sample_step(SequenceGroup& group, const StepInput& inpu
     }
     for (size_t i = 0; i < samples.size(); ++i) {
       append_sample(group, group.seqs[i], samples[i], update);
+      attach_logprobs(i);
     }
   }
   return update;

@@ -54,6 +54,9 @@ struct StepInput {
 struct SequenceStepOutput {
   std::vector<model::TokenLogprob> samples;       // [sample_seeds.size()], drawn tokens
   std::vector<model::TokenLogprob> top_logprobs;  // [num_top_logprobs], best first
+  // Only when sampling.logprobs is set: what the client is told about each draw, parallel to
+  // `samples` (raw logprobs, model/sampler.h: SampleLogprobs).
+  std::vector<model::SampleLogprobs> reported_logprobs;
 };
 
 struct StepOutput {

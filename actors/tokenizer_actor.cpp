@@ -99,6 +99,18 @@ runtime::Task<void> TokenizerActor::on_encode(runtime::EncodeRequest request) {
 
 namespace {
 
+// One candidate as the client sees it: the token decoded on its own (as vLLM's
+// convert_ids_list_to_tokens, no cleanup) and its raw bytes.
+TokenLogprobInfo describe_logprob(const model::Tokenizer& tokenizer, model::TokenLogprob entry) {
+  TokenLogprobInfo info;
+  info.token_id = entry.token_id;
+  info.logprob = entry.logprob;
+  const int32_t ids[1] = {entry.token_id};
+  info.token = tokenizer.decode(ids, /*skip_special_tokens=*/false, /*cleanup=*/false);
+  info.bytes = tokenizer.token_bytes(entry.token_id);
+  return info;
+}
+
 // Outputs a client sees streamed: every sequence when sampling (best_of of them), the n
 // final beams for beam search.
 int num_streamed_outputs(const model::SamplingParams& sampling) {
@@ -126,6 +138,13 @@ TokenEvent TokenizerActor::make_event(LiveRequest& live, runtime::OutputDelta& d
   if (sequence_over) text.finish();
   event.text = text.take_delta(sequence_over || text.stopped());
   event.token_ids = std::move(delta.token_ids);
+  for (const model::SampleLogprobs& entry : delta.logprobs) {
+    TokenLogprobs& out = event.logprobs.emplace_back();
+    out.sampled = describe_logprob(*tokenizer_, entry.sampled);
+    for (const model::TokenLogprob& candidate : entry.top) {
+      out.top.push_back(describe_logprob(*tokenizer_, candidate));
+    }
+  }
   if (sequence_over || text.stopped()) {
     event.sequence_finished = true;
     event.finish_reason = text.stopped() ? "stop" : delta.sequence_finish_reason;

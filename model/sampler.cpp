@@ -60,6 +60,13 @@ std::string SamplingParams::validate() const {
   for (const std::string& s : stop) {
     if (s.empty()) return bad("stop strings must not be empty");
   }
+  if (logprobs && (*logprobs < 0 || *logprobs > kMaxLogprobs)) {
+    return bad("logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "], got " +
+               std::to_string(*logprobs));
+  }
+  // Beams are reshuffled every step, so per-token logprobs would have to follow each beam's
+  // history inside the scheduler; refused rather than reported wrong.
+  if (logprobs && use_beam_search) return bad("logprobs is not supported with use_beam_search");
   return validate_sequences();
 }
 
@@ -189,7 +196,9 @@ float token_logprob(std::span<const float> logits, int32_t token) {
                             log_sum_exp(logits));
 }
 
-std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k) {
+namespace {
+
+std::vector<TokenLogprob> top_logprobs_with(std::span<const float> logits, int k, double lse) {
   const int vocab = static_cast<int>(logits.size());
   k = std::clamp(k, 0, vocab);
   std::vector<int32_t> ids(static_cast<size_t>(vocab));
@@ -197,10 +206,31 @@ std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k) {
   std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   });
-  const double lse = log_sum_exp(logits);
   std::vector<TokenLogprob> out(static_cast<size_t>(k));
   for (int i = 0; i < k; ++i) {
     out[i] = {ids[i], static_cast<float>(static_cast<double>(logits[ids[i]]) - lse)};
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k) {
+  return top_logprobs_with(logits, k, log_sum_exp(logits));
+}
+
+std::vector<SampleLogprobs> sample_logprobs(std::span<const float> raw_logits,
+                                            std::span<const int32_t> sampled, int k) {
+  std::vector<SampleLogprobs> out;
+  if (sampled.empty()) return out;
+  const double lse = log_sum_exp(raw_logits);
+  std::vector<TokenLogprob> top = top_logprobs_with(raw_logits, k, lse);
+  for (int32_t token : sampled) {
+    SampleLogprobs entry;
+    entry.sampled = {token, static_cast<float>(
+                                static_cast<double>(raw_logits[static_cast<size_t>(token)]) - lse)};
+    entry.top = top;
+    out.push_back(std::move(entry));
   }
   return out;
 }

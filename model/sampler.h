@@ -42,4 +42,18 @@ float token_logprob(std::span<const float> logits, int32_t token);
 // The k most likely tokens, best first (ties: the lower id first); k is clamped to the vocab.
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k);
 
+// What a request that asked for logprobs (SamplingParams::logprobs) is told about one
+// generated token. These follow vLLM v1's default logprobs_mode=raw_logprobs: log_softmax of
+// the model's raw logits, before penalties, banned tokens (min_tokens), temperature and the
+// top-k/p/min-p filters; the sampled token's own entry included even when it is not in `top`.
+struct SampleLogprobs {
+  TokenLogprob sampled;
+  std::vector<TokenLogprob> top;  // the k most likely, best first
+  friend bool operator==(const SampleLogprobs&, const SampleLogprobs&) = default;
+};
+// One entry per token in `sampled` (the draws made from this row), all sharing the row's
+// top k; one log-sum-exp and one partial sort for the whole row.
+std::vector<SampleLogprobs> sample_logprobs(std::span<const float> raw_logits,
+                                            std::span<const int32_t> sampled, int k);
+
 }  // namespace pagedserve::model

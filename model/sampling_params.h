@@ -9,6 +9,9 @@
 
 namespace pagedserve::model {
 
+// Largest SamplingParams::logprobs accepted (vLLM's default max_logprobs).
+inline constexpr int kMaxLogprobs = 20;
+
 struct SamplingParams {
   float temperature = 1.0f;      // 0 = greedy
   float top_p = 1.0f;            // (0, 1]; 1 = off
@@ -38,6 +41,11 @@ struct SamplingParams {
   std::optional<int> best_of;    // completions generated (>= n); the n most likely are returned
   bool use_beam_search = false;  // beam width = best_of (or n); needs temperature 0
   float length_penalty = 1.0f;   // beam score = cumulative logprob / length ^ length_penalty
+
+  // Report each generated token's logprob and this many top candidates (vLLM's
+  // SamplingParams.logprobs; nullopt: none, at no cost). Raw logprobs: log_softmax of the
+  // model's logits before penalties, temperature and the top-k/p/min-p filters (model/sampler.h).
+  std::optional<int> logprobs;
 
   // Empty when valid, else a message naming the bad field, e.g. "top_p must be in (0, 1], got 2".
   std::string validate() const;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "actors/runtime/request_registry.h"
+#include "model/sampler.h"
 #include "model/sampling_params.h"
 
 namespace pagedserve::actors::runtime {
@@ -26,11 +27,12 @@ struct EncodeRequest {
 // What one step did to one of a request's outputs, or the request's end.
 struct OutputDelta {
   uint64_t request_id = 0;
-  int index = 0;                       // which output (sequence) of the request
-  std::vector<int32_t> token_ids;      // new tokens of that output (may be empty)
-  std::string sequence_finish_reason;  // set in the step output `index` ends
-  bool finished = false;               // the request is done: its last delta
-  std::string finish_reason;           // "stop", "length", "abort", "error" when finished
+  int index = 0;                                // which output (sequence) of the request
+  std::vector<int32_t> token_ids;               // new tokens of that output (may be empty)
+  std::vector<model::SampleLogprobs> logprobs;  // parallel to token_ids, when asked for
+  std::string sequence_finish_reason;           // set in the step output `index` ends
+  bool finished = false;                        // the request is done: its last delta
+  std::string finish_reason;                    // "stop", "length", "abort", "error" when finished
   int num_cached_tokens = 0;
   std::string error;
 };

@@ -46,14 +46,15 @@ int parse_byte_token(const std::string& token) {
   return value;
 }
 
-// Consecutive byte tokens become one string if they form valid UTF-8, else one U+FFFD per byte.
-void byte_fallback(std::vector<std::string>& tokens) {
+// Consecutive byte tokens become one string if they form valid UTF-8, else one U+FFFD per byte
+// (unless !lossy: then the bytes as they are).
+void byte_fallback(std::vector<std::string>& tokens, bool lossy) {
   std::vector<std::string> out;
   out.reserve(tokens.size());
   std::string pending;
   const auto flush = [&] {
     if (pending.empty()) return;
-    if (unicode::is_valid_utf8(pending)) {
+    if (!lossy || unicode::is_valid_utf8(pending)) {
       out.push_back(std::move(pending));
     } else {
       for (size_t i = 0; i < pending.size(); ++i) out.emplace_back(kReplacementChar);
@@ -160,13 +161,13 @@ void Decoder::add_steps(const nlohmann::json& config) {
   steps_.push_back(std::move(step));
 }
 
-void Decoder::apply(const Step& step, std::vector<std::string>& tokens) {
+void Decoder::apply(const Step& step, std::vector<std::string>& tokens, bool lossy) {
   switch (step.kind) {
     case Kind::kReplace:
       for (std::string& token : tokens) replace_all_in_place(token, step.pattern, step.content);
       return;
     case Kind::kByteFallback:
-      byte_fallback(tokens);
+      byte_fallback(tokens, lossy);
       return;
     case Kind::kFuse: {
       std::string fused;
@@ -198,7 +199,7 @@ void Decoder::apply(const Step& step, std::vector<std::string>& tokens) {
       for (const std::string& token : tokens) {
         if (!alphabet.decode(token, bytes)) bytes += token;
       }
-      tokens.assign(1, utf8_lossy(bytes));
+      tokens.assign(1, lossy ? utf8_lossy(bytes) : std::move(bytes));
       return;
     }
     case Kind::kMetaspace:
@@ -210,7 +211,7 @@ void Decoder::apply(const Step& step, std::vector<std::string>& tokens) {
   }
 }
 
-std::string Decoder::decode(std::vector<std::string> tokens) const {
+std::string Decoder::decode(std::vector<std::string> tokens, bool lossy) const {
   std::string text;
   if (join_with_spaces_) {
     for (size_t i = 0; i < tokens.size(); ++i) {
@@ -219,7 +220,7 @@ std::string Decoder::decode(std::vector<std::string> tokens) const {
     }
     return text;
   }
-  for (const Step& step : steps_) apply(step, tokens);
+  for (const Step& step : steps_) apply(step, tokens, lossy);
   for (const std::string& token : tokens) text += token;
   return text;
 }

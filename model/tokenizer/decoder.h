@@ -15,7 +15,9 @@ class Decoder {
   // for unsupported types.
   static Decoder from_json(const nlohmann::json& config);
 
-  std::string decode(std::vector<std::string> tokens) const;
+  // lossy: bytes that are not valid UTF-8 become U+FFFD (HF's decode); false: they are kept
+  // as they are (the raw bytes of a partial character, e.g. one byte-fallback token).
+  std::string decode(std::vector<std::string> tokens, bool lossy = true) const;
 
  private:
   enum class Kind { kReplace, kByteFallback, kFuse, kStrip, kByteLevel, kMetaspace };
@@ -28,7 +30,7 @@ class Decoder {
     bool strip_first_space = true;  // kMetaspace: drop the prepended space of the first token
   };
   void add_steps(const nlohmann::json& config);
-  static void apply(const Step& step, std::vector<std::string>& tokens);
+  static void apply(const Step& step, std::vector<std::string>& tokens, bool lossy);
 
   std::vector<Step> steps_;
   bool join_with_spaces_ = false;  // no decoder at all

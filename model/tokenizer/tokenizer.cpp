@@ -77,6 +77,11 @@ std::string Tokenizer::id_to_token(int32_t id) const {
   return impl_->id_to_token[id];
 }
 
+std::string Tokenizer::token_bytes(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= impl_->id_to_token.size()) return "";
+  return impl_->decoder.decode({impl_->id_to_token[id]}, /*lossy=*/false);
+}
+
 bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && static_cast<size_t>(id) < impl_->is_special.size() && impl_->is_special[id];
 }

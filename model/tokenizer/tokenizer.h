@@ -40,6 +40,10 @@ class Tokenizer {
   std::optional<int32_t> eos_token_id() const;
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::string id_to_token(int32_t id) const;  // raw vocab string, "" when out of range
+  // The bytes token `id` decodes to on its own (decode({id}) without cleanup), with a partial
+  // UTF-8 character kept as raw bytes instead of U+FFFD; "" when out of range. What OpenAI's
+  // logprobs `bytes` field carries.
+  std::string token_bytes(int32_t id) const;
   bool is_special(int32_t id) const;
 
   struct Impl;

@@ -111,6 +111,12 @@ Result<GenerationRequest> parse_completion_json(const nlohmann::json& body,
     fields.fail(invalid_request("suffix is not supported", "suffix"));
   }
   out.echo = fields.boolean("echo").value_or(false);
+  // echo with logprobs wants the prompt tokens' logprobs too, which needs every prompt
+  // position's logits; the engine computes only the last one's.
+  if (out.echo && out.logprobs) {
+    fields.fail(invalid_request(
+        "echo is not supported together with logprobs: prompt logprobs are not computed", "echo"));
+  }
   const bool add_special_tokens = fields.boolean("add_special_tokens").value_or(true);
   std::optional<int64_t> max_tokens = fields.integer("max_tokens", 1, INT_MAX);
   std::vector<RawPrompt> raw = read_prompts(fields, served);

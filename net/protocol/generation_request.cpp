@@ -16,9 +16,9 @@ constexpr int kMaxSequences = 128;  // n and best_of, as SamplingParams::validat
 std::string param_of_message(const std::string& message) {
   if (message.starts_with("best_of (or n)")) return "n";
   const std::string first = message.substr(0, message.find(' '));
-  static const char* const kKnown[] = {"temperature", "top_p",          "top_k",          "min_p",
-                                       "max_tokens",  "min_tokens",     "stop",           "n",
-                                       "best_of",     "length_penalty", "use_beam_search"};
+  static const char* const kKnown[] = {
+      "temperature", "top_p", "top_k",   "min_p",          "max_tokens",      "min_tokens",
+      "stop",        "n",     "best_of", "length_penalty", "use_beam_search", "logprobs"};
   for (const char* known : kKnown) {
     if (first == known) return first;
   }
@@ -116,6 +116,7 @@ void read_shared_fields(FieldReader& fields, const ServedModel& served,
   read_penalties(fields, sampling, out);
   read_stream_fields(fields, out);
   read_logprobs(fields, out.endpoint, out);
+  sampling.logprobs = out.logprobs;
   if (auto v = fields.string("user")) out.user = std::move(*v);
   // OpenAI forbids best_of with stream: only the n best are returned, known at the end.
   if (out.stream && sampling.best_of && *sampling.best_of > sampling.n) {

@@ -25,7 +25,7 @@ enum class Endpoint {
 };
 
 // Largest `logprobs` (completions) or `top_logprobs` (chat) accepted, as vLLM's default.
-inline constexpr int kMaxLogprobs = 20;
+inline constexpr int kMaxLogprobs = model::kMaxLogprobs;
 
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletions;
@@ -40,9 +40,9 @@ struct GenerationRequest {
   bool include_usage = false;  // stream_options.include_usage: a usage chunk before [DONE]
   bool echo = false;           // completions: each choice's text starts with its prompt
 
-  // Parsed and range-checked, but NOT applied: the engine does not report logprobs yet, so
-  // responses carry "logprobs": null. The penalties are also copied into each prompt's
-  // sampling, where the sampler applies them.
+  // Also copied into each prompt's sampling, where the engine acts on them: logprobs makes it
+  // report every generated token's raw logprob and this many top candidates, the penalties
+  // change the logits the sampler draws from.
   std::optional<int> logprobs;      // completions `logprobs`; chat `top_logprobs` (0 if only
                                     // `logprobs: true`)
   float presence_penalty = 0.0f;    // [-2, 2]

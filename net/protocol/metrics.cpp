@@ -56,8 +56,13 @@ const std::vector<double>& e2e_buckets_s() {
   return kBuckets;
 }
 
+// The three reasons are exported from the start, at 0, as vLLM creates one series per
+// FinishReason (stop, length, abort).
 Metrics::Metrics()
-    : ttft_(ttft_buckets_s()), inter_token_(inter_token_buckets_s()), e2e_(e2e_buckets_s()) {}
+    : finished_{{"abort", 0}, {"length", 0}, {"stop", 0}},
+      ttft_(ttft_buckets_s()),
+      inter_token_(inter_token_buckets_s()),
+      e2e_(e2e_buckets_s()) {}
 
 void Metrics::count_finished_request(std::string_view finish_reason) {
   if (finish_reason == "error") return;
@@ -225,7 +230,6 @@ void RequestTimer::on_event(const actors::TokenEvent& event, Clock::time_point n
   if (event.finished) {
     finished_ = true;
     metrics_->observe_e2e_request_latency(seconds(now - arrival_));
-    metrics_->count_finished_request(event.finish_reason);
   }
 }
 

@@ -61,7 +61,10 @@ class Metrics {
   void add_prompt_tokens(int64_t count) { prompt_tokens_ += count; }
   void add_generation_tokens(int64_t count) { generation_tokens_ += count; }
   // pagedserve_request_success_total{finish_reason}: requests that ended normally ("stop",
-  // "length") or were aborted ("abort"); "error" is not a success and is not counted.
+  // "length") or were aborted ("abort": a client that disconnected or cancelled, a slow reader,
+  // shutdown); "error" is not a success and is not counted. The transport counts every engine
+  // request's final event here, also when its client is gone (not RequestTimer, which only
+  // sees the events a live connection reads).
   void count_finished_request(std::string_view finish_reason);
   void observe_time_to_first_token(double seconds) { ttft_.observe(seconds); }
   void observe_inter_token_latency(double seconds) { inter_token_.observe(seconds); }
@@ -109,7 +112,8 @@ std::string render_prometheus(const Metrics& metrics, const EngineGauges& gauges
 // Records one engine request's latencies into Metrics from its events' arrival times:
 // TTFT = first token - arrival; inter-token latency = time between consecutive token-bearing
 // events of the same output index; e2e = final event - arrival. Also counts prompt tokens
-// (once), generated tokens and the finish reason.
+// (once) and generated tokens. (The finish reason is counted by the transport, see
+// Metrics::count_finished_request.)
 class RequestTimer {
  public:
   using Clock = std::chrono::steady_clock;

@@ -1,6 +1,7 @@
 // OpenAI response bodies and SSE chunks from TokenEvents (see response_assembler.h).
 #include "net/protocol/response_assembler.h"
 
+#include <algorithm>
 #include <cassert>
 #include <chrono>
 #include <random>
@@ -37,6 +38,73 @@ ordered_json usage_json(const Usage& usage) {
   return out;
 }
 
+double clamp_logprob(float logprob) { return std::max(static_cast<double>(logprob), -9999.0); }
+
+size_t count_code_points(std::string_view text) {
+  size_t count = 0;
+  for (char c : text) count += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return count;
+}
+
+ordered_json completion_logprobs_json(std::span<const actors::TokenLogprobs> tokens,
+                                      size_t first_offset) {
+  ordered_json strings = ordered_json::array();
+  ordered_json values = ordered_json::array();
+  ordered_json tops = ordered_json::array();
+  ordered_json offsets = ordered_json::array();
+  size_t offset = first_offset;
+  for (const actors::TokenLogprobs& token : tokens) {
+    strings.push_back(token.sampled.token);
+    values.push_back(clamp_logprob(token.sampled.logprob));
+    // vLLM's dict: the sampled token first, then the candidates (a repeated string keeps the
+    // first value it got).
+    ordered_json top = ordered_json::object();
+    top[token.sampled.token] = clamp_logprob(token.sampled.logprob);
+    for (const actors::TokenLogprobInfo& candidate : token.top) {
+      if (!top.contains(candidate.token)) top[candidate.token] = clamp_logprob(candidate.logprob);
+    }
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += count_code_points(token.sampled.token);
+  }
+  ordered_json out;
+  out["tokens"] = std::move(strings);
+  out["token_logprobs"] = std::move(values);
+  out["top_logprobs"] = std::move(tops);
+  out["text_offset"] = std::move(offsets);
+  return out;
+}
+
+namespace {
+
+ordered_json byte_values(const std::string& bytes) {
+  ordered_json out = ordered_json::array();
+  for (char c : bytes) out.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+ordered_json chat_logprobs_json(std::span<const actors::TokenLogprobs> tokens) {
+  ordered_json content = ordered_json::array();
+  for (const actors::TokenLogprobs& token : tokens) {
+    ordered_json entry;
+    entry["token"] = token.sampled.token;
+    entry["logprob"] = clamp_logprob(token.sampled.logprob);
+    entry["bytes"] = byte_values(token.sampled.bytes);
+    entry["top_logprobs"] = ordered_json::array();
+    for (const actors::TokenLogprobInfo& candidate : token.top) {
+      entry["top_logprobs"].push_back({{"token", candidate.token},
+                                       {"logprob", clamp_logprob(candidate.logprob)},
+                                       {"bytes", byte_values(candidate.bytes)}});
+    }
+    content.push_back(std::move(entry));
+  }
+  ordered_json out;
+  out["content"] = std::move(content);
+  return out;
+}
+
 std::optional<ApiError> error_for_finish(const actors::TokenEvent& event) {
   if (!event.finished && !event.sequence_finished) return std::nullopt;
   if (event.finish_reason == "error") {
@@ -57,6 +125,7 @@ ResponseAssembler::ResponseAssembler(const GenerationRequest& request, std::stri
       n_(request.n),
       stream_(request.stream),
       include_usage_(request.stream && request.include_usage),
+      want_logprobs_(request.logprobs.has_value()),
       prompts_(request.prompts.size()),
       choices_(request.num_choices()) {
   if (request.echo && endpoint_ == Endpoint::kCompletions) echo_texts_ = request.prompt_texts;
@@ -94,8 +163,16 @@ ordered_json ResponseAssembler::choice_chunk(size_t choice, const std::string& t
   return chunk;
 }
 
-// The chunks for new text of one choice, opening it first (chat role, echo) if needed.
-std::string ResponseAssembler::stream_text(size_t choice, const std::string& text) {
+ordered_json ResponseAssembler::logprobs_json(std::span<const actors::TokenLogprobs> logprobs,
+                                              size_t first_offset) const {
+  if (endpoint_ == Endpoint::kChat) return chat_logprobs_json(logprobs);
+  return completion_logprobs_json(logprobs, first_offset);
+}
+
+// The chunks for new text (and the logprobs of the tokens behind it) of one choice, opening
+// it first (chat role, echo) if needed.
+std::string ResponseAssembler::stream_text(size_t choice, const std::string& text,
+                                           std::span<const actors::TokenLogprobs> logprobs) {
   std::string out;
   std::string content = text;
   if (!choices_[choice].started) {
@@ -108,7 +185,14 @@ std::string ResponseAssembler::stream_text(size_t choice, const std::string& tex
       content = echo_texts_[choice / n_] + content;
     }
   }
-  if (!content.empty()) out += sse_event(choice_chunk(choice, content, ""));
+  if (!content.empty() || !logprobs.empty()) {
+    ordered_json chunk = choice_chunk(choice, content, "");
+    if (!logprobs.empty()) {
+      chunk["choices"][0]["logprobs"] = logprobs_json(logprobs, choices_[choice].text_chars);
+    }
+    out += sse_event(chunk);
+  }
+  choices_[choice].text_chars += count_code_points(content);
   return out;
 }
 
@@ -172,10 +256,16 @@ std::string ResponseAssembler::on_event(size_t prompt_index, const actors::Token
   if (event.index >= 0 && event.index < n_) {
     const size_t c = prompt_index * n_ + event.index;
     choices_[c].num_tokens += static_cast<int>(event.token_ids.size());
+    // Logprobs only when asked for (and then one per token; anything else is dropped).
+    std::span<const actors::TokenLogprobs> logprobs;
+    if (want_logprobs_ && event.logprobs.size() == event.token_ids.size()) {
+      logprobs = event.logprobs;
+    }
     if (stream_) {
-      if (!event.text.empty()) out += stream_text(c, event.text);
+      if (!event.text.empty() || !logprobs.empty()) out += stream_text(c, event.text, logprobs);
     } else {
       choices_[c].text += event.text;
+      choices_[c].logprobs.insert(choices_[c].logprobs.end(), logprobs.begin(), logprobs.end());
     }
     if (event.sequence_finished) out += finish_choice(c, event.finish_reason);
   }
@@ -212,7 +302,7 @@ HttpResponse ResponseAssembler::response() const {
     } else {
       entry["text"] = echo_texts_.empty() ? choice.text : echo_texts_[c / n_] + choice.text;
     }
-    entry["logprobs"] = nullptr;
+    entry["logprobs"] = want_logprobs_ ? logprobs_json(choice.logprobs, 0) : ordered_json();
     entry["finish_reason"] = choice.finished ? ordered_json(choice.finish_reason) : ordered_json();
     body["choices"].push_back(std::move(entry));
   }

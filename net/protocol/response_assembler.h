@@ -19,6 +19,11 @@
 //   503 (code "request_aborted"): non-streaming, response() is that error; streaming, as vLLM
 //   does, one chunk `data: {"error": {...}}\n\n` then "data: [DONE]\n\n" ends the stream.
 //   After failed() the transport must abort the request's other prompts (Engine::abort).
+// Logprobs (request.logprobs set; otherwise "logprobs": null everywhere): completions carry
+//   {"tokens", "token_logprobs", "top_logprobs", "text_offset"} (completion_logprobs_json),
+//   chat {"content": [...]} (chat_logprobs_json); non-streaming for every generated token,
+//   streaming per chunk for the tokens of that chunk (a chunk goes out for an event with
+//   tokens even when its text is held back, so every token's logprob is sent exactly once).
 // Each choice ends at its engine output's `sequence_finished` event, with that event's
 //   finish_reason (streaming: its final chunk goes out then); a prompt's `finished` event ends
 //   the choices still open with its finish_reason. Events whose index is not in [0, n) are
@@ -27,6 +32,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,6 +65,20 @@ struct Usage {
 // {"cached_tokens"}}.
 nlohmann::ordered_json usage_json(const Usage& usage);
 
+// Logprob values as OpenAI and vLLM send them: never below -9999 (-inf is not JSON).
+double clamp_logprob(float logprob);
+// Unicode code points in UTF-8 `text` (Python's len(), what vLLM's text_offset counts).
+size_t count_code_points(std::string_view text);
+// Completions `logprobs` for `tokens`: "tokens" (each token decoded on its own),
+// "token_logprobs", "top_logprobs" (per token an object token -> logprob holding the sampled
+// token and the top candidates, so up to logprobs + 1 entries) and "text_offset" (the first
+// token at `first_offset`, each next one after the code points of the previous token string).
+nlohmann::ordered_json completion_logprobs_json(std::span<const actors::TokenLogprobs> tokens,
+                                                size_t first_offset);
+// Chat `logprobs`: {"content": [{"token", "logprob", "bytes": [raw byte values],
+// "top_logprobs": [{"token", "logprob", "bytes"}, ...top_logprobs most likely]}]}.
+nlohmann::ordered_json chat_logprobs_json(std::span<const actors::TokenLogprobs> tokens);
+
 // The error a finishing event (finished or sequence_finished) stands for: "error" -> 500,
 // "abort" -> 503; nullopt for other events and normal reasons ("stop", "length", ...).
 std::optional<ApiError> error_for_finish(const actors::TokenEvent& event);
@@ -86,7 +106,9 @@ class ResponseAssembler {
 
  private:
   struct Choice {
-    std::string text;  // generated text (non-streaming only)
+    std::string text;                             // generated text (non-streaming only)
+    std::vector<actors::TokenLogprobs> logprobs;  // non-streaming, when asked for
+    size_t text_chars = 0;                        // streaming: code points sent so far
     int num_tokens = 0;
     bool started = false;  // streaming: its first chunk (role / echo) was sent
     bool finished = false;
@@ -101,7 +123,10 @@ class ResponseAssembler {
   nlohmann::ordered_json chunk_base() const;
   nlohmann::ordered_json choice_chunk(size_t choice, const std::string& text,
                                       const std::string& finish_reason) const;
-  std::string stream_text(size_t choice, const std::string& text);
+  std::string stream_text(size_t choice, const std::string& text,
+                          std::span<const actors::TokenLogprobs> logprobs = {});
+  nlohmann::ordered_json logprobs_json(std::span<const actors::TokenLogprobs> logprobs,
+                                       size_t first_offset) const;
   std::string finish_choice(size_t choice, const std::string& reason);
   std::string finish_prompt(size_t prompt_index, const std::string& finish_reason);
   std::string end_with_error(ApiError error);
@@ -113,6 +138,7 @@ class ResponseAssembler {
   int n_;
   bool stream_;
   bool include_usage_;
+  bool want_logprobs_;
   std::vector<std::string> echo_texts_;  // empty unless echo (completions)
   std::vector<Prompt> prompts_;
   std::vector<Choice> choices_;  // prompt_index * n + index

@@ -54,13 +54,30 @@ WsClientFrame parse_ws_client_frame(std::string_view text, const ServedModel& se
 }
 
 std::string ws_token_frame(std::string_view id, int index, std::span<const int32_t> token_ids,
-                           std::string_view text) {
+                           std::string_view text, std::span<const actors::TokenLogprobs> logprobs,
+                           bool with_top) {
   ordered_json frame;
   frame["type"] = "token";
   frame["id"] = id_json(id);
   frame["index"] = index;
   frame["token_ids"] = std::vector<int32_t>(token_ids.begin(), token_ids.end());
   frame["text"] = std::string(text);
+  if (!logprobs.empty()) {
+    ordered_json values = ordered_json::array();
+    ordered_json tops = ordered_json::array();
+    for (const actors::TokenLogprobs& token : logprobs) {
+      values.push_back(clamp_logprob(token.sampled.logprob));
+      ordered_json top = ordered_json::array();
+      for (const actors::TokenLogprobInfo& candidate : token.top) {
+        top.push_back({{"token_id", candidate.token_id},
+                       {"token", candidate.token},
+                       {"logprob", clamp_logprob(candidate.logprob)}});
+      }
+      tops.push_back(std::move(top));
+    }
+    frame["logprobs"] = std::move(values);
+    if (with_top) frame["top_logprobs"] = std::move(tops);
+  }
   return dump_json(frame);
 }
 
@@ -100,6 +117,7 @@ ApiError ws_shutdown_error() {
 WsResponseStream::WsResponseStream(std::string id, const GenerationRequest& request)
     : id_(std::move(id)),
       n_(request.n),
+      logprobs_(request.logprobs),
       prompts_(request.prompts.size()),
       choice_tokens_(request.num_choices(), 0),
       choice_finished_(request.num_choices(), false) {
@@ -123,7 +141,10 @@ std::vector<std::string> WsResponseStream::on_event(size_t prompt_index,
     const size_t choice = prompt_index * n_ + event.index;
     if (!event.token_ids.empty() || !event.text.empty()) {
       choice_tokens_[choice] += static_cast<int>(event.token_ids.size());
-      frames.push_back(ws_token_frame(id_, static_cast<int>(choice), event.token_ids, event.text));
+      std::span<const actors::TokenLogprobs> logprobs;
+      if (logprobs_ && event.logprobs.size() == event.token_ids.size()) logprobs = event.logprobs;
+      frames.push_back(ws_token_frame(id_, static_cast<int>(choice), event.token_ids, event.text,
+                                      logprobs, logprobs_.value_or(0) > 0));
     }
     if (event.sequence_finished) finish_choice(prompt_index, choice, event.finish_reason, frames);
   }

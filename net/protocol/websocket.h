@@ -10,6 +10,8 @@
 //   {"type": "cancel", "id": "<client id>"}
 // Server frames:
 //   {"type": "token", "id", "index", "token_ids": [...], "text"}   one per engine event
+//     (+ "logprobs": [per token], and "top_logprobs": [per token [{"token_id", "token",
+//     "logprob"}]] when the request asked for top candidates)
 //   {"type": "done", "id", "index", "finish_reason", "usage": {...}}  one per choice
 //   {"type": "error", "id" (null if unknown), "error": {"message", "type", "param", "code"}}
 // `stream` and `stream_options` are ignored (a WebSocket request always streams).
@@ -47,8 +49,12 @@ using WsClientFrame = std::variant<WsStart, WsCancel, WsInvalid>;
 WsClientFrame parse_ws_client_frame(std::string_view text, const ServedModel& served);
 
 // Server frames. `id` "" is written as null (error frames for unreadable client frames).
+// `logprobs` (one per token, or empty: no logprob fields) adds "logprobs"; with_top also
+// "top_logprobs".
 std::string ws_token_frame(std::string_view id, int index, std::span<const int32_t> token_ids,
-                           std::string_view text);
+                           std::string_view text,
+                           std::span<const actors::TokenLogprobs> logprobs = {},
+                           bool with_top = false);
 std::string ws_done_frame(std::string_view id, int index, std::string_view finish_reason,
                           const Usage& usage);
 std::string ws_error_frame(std::string_view id, const ApiError& error);
@@ -90,6 +96,7 @@ class WsResponseStream {
 
   std::string id_;
   int n_;
+  std::optional<int> logprobs_;  // the request's logprobs (top candidates wanted when > 0)
   std::vector<PromptState> prompts_;
   // Appends choice's done frame unless it already ended.
   void finish_choice(size_t prompt_index, size_t choice, const std::string& finish_reason,

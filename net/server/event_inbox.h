@@ -2,13 +2,15 @@
 // session coroutine. The engine's callbacks (tokenizer thread) post into it through the
 // server's PostGate; the session waits on it with a timer used as a wake-up (a cancelled
 // timer). Callbacks hold it weakly (server_state.h: PostGate). Also woken by the peer watcher
-// (client gone) and a hard server stop. Strand only, except callback(), which any thread may call.
+// (client gone) and a hard server stop. Bounded for SSE (limit()). Strand only, except
+// callback(), which any thread may call.
 // Internal to net/server.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -44,7 +46,24 @@ class EventInbox : public std::enable_shared_from_this<EventInbox> {
   const asio::any_io_executor& strand() const { return strand_; }
 
   // ---- strand only ----
+  // Bounds the queue (SSE backpressure): while the session waits on a slow reader's socket,
+  // events pile up here. One beyond `max_events` overflows the inbox: the queue is dropped,
+  // later events are too, `on_overflow` runs once (it aborts the engine requests, so their KV
+  // blocks are freed now rather than when the write times out) and the session is woken.
+  void limit(size_t max_events, std::function<void()> on_overflow) {
+    max_events_ = max_events;
+    on_overflow_ = std::move(on_overflow);
+  }
+  bool overflowed() const { return overflowed_; }
   void push(PromptEvent event) {
+    if (overflowed_) return;
+    if (max_events_ > 0 && events_.size() >= max_events_) {
+      overflowed_ = true;
+      events_.clear();
+      if (on_overflow_) std::exchange(on_overflow_, {})();
+      wake();
+      return;
+    }
     events_.push_back(std::move(event));
     wake();
   }
@@ -69,6 +88,9 @@ class EventInbox : public std::enable_shared_from_this<EventInbox> {
   asio::steady_timer timer_;
   std::deque<PromptEvent> events_;
   bool notified_ = false;
+  size_t max_events_ = 0;  // 0: unbounded (a non-streaming response drains it at once)
+  bool overflowed_ = false;
+  std::function<void()> on_overflow_;
 };
 
 }  // namespace pagedserve::net

@@ -38,6 +38,10 @@ struct HttpServerConfig {
   std::chrono::seconds write_timeout{30};          // one response write (SSE chunk included)
   std::chrono::milliseconds drain_timeout{10000};  // shutdown: wait for streams in flight
   size_t ws_max_queued_frames = 4096;              // per WebSocket: token frames waiting to be sent
+  // Per SSE response: engine events waiting while the client does not read (the socket write
+  // is blocked); at least twice the response's choices. One more cancels the response's
+  // requests (blocks freed at once) and ends the stream with a "slow_reader" error event.
+  size_t sse_max_queued_events = 4096;
   int num_io_threads = 1;
   std::chrono::milliseconds stats_log_interval{10000};  // periodic engine line; 0: off
   // One line per request and the periodic engine line; default: stderr.

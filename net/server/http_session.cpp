@@ -182,7 +182,10 @@ asio::awaitable<bool> stream_events(Session& s, const Request& req, Generation& 
   while (!g.assembler.done()) {
     co_await g.inbox->wait();
     if (interrupted(s, g)) co_return false;
-    const std::string text = feed_events(g);
+    // A reader too slow for the bounded inbox: its requests were aborted at the overflow; it
+    // gets the error event and [DONE] (once it reads again, within write_timeout).
+    const std::string text =
+        g.inbox->overflowed() ? g.assembler.fail(ws_slow_reader_error()) : feed_events(g);
     if (text.empty()) continue;
     s.stream.expires_after(s.state->config().write_timeout);
     beast::error_code ec;
@@ -198,7 +201,7 @@ asio::awaitable<bool> stream_events(Session& s, const Request& req, Generation& 
   s.stream.expires_after(s.state->config().write_timeout);
   auto [last_ec, last_bytes] =
       co_await asio::async_write(s.stream, http::make_chunk_last(), kTuple);
-  co_return !last_ec && keep_alive_after(s, req);
+  co_return !last_ec && !g.inbox->overflowed() && keep_alive_after(s, req);
 }
 
 std::string usage_note(const Generation& g) {
@@ -206,7 +209,7 @@ std::string usage_note(const Generation& g) {
   return "prompt_tokens=" + std::to_string(usage.prompt_tokens) +
          " completion_tokens=" + std::to_string(usage.completion_tokens) +
          " cached_tokens=" + std::to_string(usage.cached_tokens) +
-         (g.assembler.done() ? "" : " aborted");
+         (g.inbox->overflowed() ? " slow_reader" : "") + (g.assembler.done() ? "" : " aborted");
 }
 
 // Submits the request's prompts and answers it (JSON once done, or SSE as it goes).
@@ -219,7 +222,19 @@ asio::awaitable<bool> serve_generation(Session& s, const Request& req, Generatio
   if (!refused) refused = s.state->admit(gen.prompts.size());
   if (refused) co_return co_await write_response(s, req, error_response(*refused), start);
   Generation g(gen, s.state->metrics(), start, s.stream.get_executor());
+  // A step brings up to one event per choice at once, before the session wakes: the bound
+  // leaves room for two such bursts, so only a reader that stopped keeping up trips it.
+  const size_t max_queued_events =
+      std::max(s.state->config().sse_max_queued_events, 2 * gen.num_choices());
   g.streams = s.state->submit(gen, [&](size_t i) { return g.inbox->callback(s.state->gate(), i); });
+  if (g.assembler.streaming()) {
+    std::vector<std::weak_ptr<actors::RequestStream>> streams(g.streams.begin(), g.streams.end());
+    g.inbox->limit(max_queued_events, [streams] {
+      for (const auto& weak : streams) {
+        if (auto stream = weak.lock()) stream->abort();
+      }
+    });
+  }
   s.control->inbox = g.inbox;
   watch_peer(s.stream.socket(), g.watch, g.inbox);
   bool keep_alive = false;

@@ -74,8 +74,11 @@ std::vector<std::shared_ptr<actors::RequestStream>> ServerState::submit(
   streams.reserve(request.prompts.size());
   for (size_t i = 0; i < request.prompts.size(); ++i) {
     actors::TokenCallback inner = make_callback(i);
-    auto wrapped = [in_flight = in_flight_, inner](actors::TokenEvent event) {
+    // The final event is seen here even when the connection is gone (a client that left
+    // gets its request aborted, and that counts as finish_reason "abort", as vLLM's label).
+    auto wrapped = [in_flight = in_flight_, metrics = metrics_, inner](actors::TokenEvent event) {
       const bool final_event = event.finished;
+      if (final_event) metrics->count_finished_request(event.finish_reason);
       inner(std::move(event));
       if (final_event) in_flight->fetch_sub(1);
     };

@@ -66,7 +66,7 @@ class ServerState {
   actors::Engine& engine() const { return engine_; }
   const HttpServerConfig& config() const { return config_; }
   const ServedModel& served() const { return served_; }
-  Metrics& metrics() { return metrics_; }
+  Metrics& metrics() { return *metrics_; }
   const std::shared_ptr<PostGate>& gate() const { return gate_; }
 
   // ---- admission ----
@@ -106,7 +106,8 @@ class ServerState {
   actors::Engine& engine_;
   const HttpServerConfig config_;
   const ServedModel served_;
-  Metrics metrics_;
+  // Shared with engine callbacks, which may outlive the server (see PostGate).
+  const std::shared_ptr<Metrics> metrics_ = std::make_shared<Metrics>();
   const std::shared_ptr<PostGate> gate_ = std::make_shared<PostGate>();
   // Engine requests submitted whose final event has not been seen (shared with callbacks).
   const std::shared_ptr<std::atomic<int>> in_flight_ = std::make_shared<std::atomic<int>>(0);

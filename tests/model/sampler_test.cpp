@@ -172,3 +172,47 @@ TEST(Penalties, OffLeavesLogitsAlone) {
 
 }  // namespace
 }  // namespace pagedserve::model
+
+namespace pagedserve::model {
+namespace {
+
+// sample_logprobs against a hand computation on a four-token row: logits {2, 1, 0, -1}, so
+// log Z = log(e^2 + e^1 + e^0 + e^-1).
+TEST(SampleLogprobs, MatchLogSoftmaxByHand) {
+  const std::vector<float> logits = {1.0f, 2.0f, -1.0f, 0.0f};
+  const double log_z = std::log(std::exp(2.0) + std::exp(1.0) + 1.0 + std::exp(-1.0));
+  const int32_t drawn[2] = {2, 1};
+  const std::vector<SampleLogprobs> out = sample_logprobs(logits, drawn, 2);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].sampled.token_id, 2);
+  EXPECT_NEAR(out[0].sampled.logprob, -1.0 - log_z, 1e-6);
+  EXPECT_EQ(out[1].sampled.token_id, 1);
+  EXPECT_NEAR(out[1].sampled.logprob, 2.0 - log_z, 1e-6);
+  for (const SampleLogprobs& entry : out) {
+    ASSERT_EQ(entry.top.size(), 2u);
+    EXPECT_EQ(entry.top[0].token_id, 1);
+    EXPECT_NEAR(entry.top[0].logprob, 2.0 - log_z, 1e-6);
+    EXPECT_EQ(entry.top[1].token_id, 0);
+    EXPECT_NEAR(entry.top[1].logprob, 1.0 - log_z, 1e-6);
+  }
+  EXPECT_TRUE(sample_logprobs(logits, {}, 3).empty());
+  EXPECT_EQ(sample_logprobs(logits, drawn, 0)[0].top.size(), 0u);
+  EXPECT_EQ(sample_logprobs(logits, drawn, 99)[0].top.size(), 4u);  // clamped to the vocab
+}
+
+TEST(SampleLogprobs, ValidateRefusesBadCountsAndBeamSearch) {
+  SamplingParams p;
+  p.logprobs = -1;
+  EXPECT_EQ(p.validate(), "logprobs must be in [0, 20], got -1");
+  p.logprobs = 21;
+  EXPECT_EQ(p.validate(), "logprobs must be in [0, 20], got 21");
+  p.logprobs = 20;
+  EXPECT_EQ(p.validate(), "");
+  p.temperature = 0.0f;
+  p.use_beam_search = true;
+  p.n = 2;
+  EXPECT_EQ(p.validate(), "logprobs is not supported with use_beam_search");
+}
+
+}  // namespace
+}  // namespace pagedserve::model

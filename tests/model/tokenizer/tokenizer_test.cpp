@@ -37,6 +37,32 @@ TEST(Tokenizer, RoundTripsLlama2) { expect_round_trips(llama2_tokenizer()); }
 TEST(Tokenizer, RoundTripsSmolLM2) { expect_round_trips(smollm2_tokenizer()); }
 TEST(Tokenizer, RoundTripsStories260K) { expect_round_trips(stories260k_tokenizer()); }
 
+// token_bytes: one token's raw bytes, a partial UTF-8 character kept as is (what OpenAI's
+// logprobs `bytes` carry), where decode() gives U+FFFD.
+TEST(Tokenizer, TokenBytesKeepPartialCharactersRaw) {
+  const Tokenizer& llama = llama2_tokenizer();
+  const int32_t byte_f0[1] = {243};  // byte fallback <0xF0>: ids 3..258 are bytes 0..255
+  EXPECT_EQ(llama.id_to_token(243), "<0xF0>");
+  EXPECT_EQ(llama.token_bytes(243), "\xF0");
+  EXPECT_EQ(llama.decode(byte_f0, false, false), "\uFFFD");
+  const std::vector<int32_t> word = llama.encode("Hello world", false);
+  for (int32_t id : word) {
+    const int32_t one[1] = {id};
+    EXPECT_EQ(llama.token_bytes(id), llama.decode(one, false, false)) << id;
+  }
+  EXPECT_EQ(llama.token_bytes(-1), "");
+  EXPECT_EQ(llama.token_bytes(llama.vocab_size()), "");
+
+  const Tokenizer& smol = smollm2_tokenizer();  // byte-level
+  const std::vector<int32_t> emoji = smol.encode("\U0001F600", false);
+  ASSERT_GE(emoji.size(), 2u);
+  std::string joined;
+  for (int32_t id : emoji) joined += smol.token_bytes(id);
+  EXPECT_EQ(joined, "\U0001F600");
+  const int32_t first[1] = {emoji[0]};
+  EXPECT_EQ(smol.decode(first, false, false), "\uFFFD");
+}
+
 TEST(Tokenizer, Llama2Accessors) {
   const Tokenizer& t = llama2_tokenizer();
   EXPECT_EQ(t.vocab_size(), 32000);
@@ -138,7 +164,6 @@ TEST(Tokenizer, ConcurrentEncodeMatchesSequential) {
   for (std::thread& thread : threads) thread.join();
   for (int m : mismatches) EXPECT_EQ(m, 0);
 }
-
 
 }  // namespace
 }  // namespace pagedserve::model::testing

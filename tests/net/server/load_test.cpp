@@ -1,6 +1,8 @@
 // Many clients at once: 200 concurrent streaming completions, a random third of which
-// disconnect midway. Afterwards every KV block is free again (pagedserve_kv_blocks_free ==
-// pagedserve_kv_blocks_total on /metrics) and the server still answers.
+// disconnect midway, on one and on two io threads. Afterwards every KV block is free again
+// (pagedserve_kv_blocks_free == pagedserve_kv_blocks_total on /metrics), each request is
+// counted once in pagedserve_request_success_total (the disconnected ones as "abort") and
+// the server still answers.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -51,8 +53,10 @@ ClientOutcome run_client(uint16_t port, int leave_after) {
   return {true, ""};
 }
 
-TEST(LoadTest, TwoHundredStreamingClientsAThirdDisconnecting) {
-  TestServer server;
+void run_load_test(int num_io_threads) {
+  HttpServerConfig config;
+  config.num_io_threads = num_io_threads;
+  TestServer server(config);
   std::vector<int> leave_after(kNumClients, 0);
   std::vector<int> order(kNumClients);
   std::iota(order.begin(), order.end(), 0);
@@ -81,8 +85,8 @@ TEST(LoadTest, TwoHundredStreamingClientsAThirdDisconnecting) {
   for (const std::string& line : server.log_lines())
     num_aborted += line.find("\" 499 ") != std::string::npos;
   std::cout << "[ load ] " << kNumClients << " streaming clients x " << kMaxTokens << " tokens ("
-            << kNumClients / 3 << " leaving midway, " << num_aborted << " aborted mid-stream) in "
-            << seconds << " s\n";
+            << kNumClients / 3 << " leaving midway, " << num_aborted << " aborted mid-stream), "
+            << num_io_threads << " io threads, in " << seconds << " s\n";
   for (int i = 0; i < kNumClients; ++i)
     EXPECT_TRUE(outcomes[i].ok) << i << ": " << outcomes[i].problem;
 
@@ -91,12 +95,27 @@ TEST(LoadTest, TwoHundredStreamingClientsAThirdDisconnecting) {
   ASSERT_EQ(metrics.status, 200);
   EXPECT_EQ(metric_value(metrics.body, "pagedserve_kv_blocks_free"),
             metric_value(metrics.body, "pagedserve_kv_blocks_total"));
+  // Every request is counted once by how it ended: those cut off by their client's disconnect
+  // as "abort", the rest as "length".
+  const auto finished = [&](const std::string& reason) {
+    return metric_value(metrics.body,
+                        "pagedserve_request_success_total{finish_reason=\"" + reason + "\"}")
+        .value_or(-1);
+  };
+  EXPECT_EQ(finished("abort"), num_aborted);
+  EXPECT_EQ(finished("abort") + finished("length"), kNumClients);
   EXPECT_EQ(http_request(server.port(), "GET", "/health").status, 200);
   EXPECT_EQ(http_request(server.port(), "POST", "/v1/completions",
                          R"({"prompt": "Once", "max_tokens": 2})")
                 .status,
             200);
 }
+
+TEST(LoadTest, TwoHundredStreamingClientsAThirdDisconnecting) { run_load_test(1); }
+
+// The same with two io threads: connections on different threads, one engine and one metrics
+// registry between them.
+TEST(LoadTest, TwoHundredStreamingClientsOnTwoIoThreads) { run_load_test(2); }
 
 }  // namespace
 }  // namespace pagedserve::net::testing

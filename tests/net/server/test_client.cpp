@@ -152,8 +152,12 @@ struct SseClient::Impl {
 };
 
 SseClient::SseClient(uint16_t port, const std::string& target, const std::string& body,
-                     const Headers& headers)
+                     const Headers& headers, int receive_buffer_bytes)
     : impl_(std::make_unique<Impl>()) {
+  if (receive_buffer_bytes > 0) {
+    impl_->socket.open(tcp::v4());
+    impl_->socket.set_option(asio::socket_base::receive_buffer_size(receive_buffer_bytes));
+  }
   impl_->socket.connect(loopback(port));
   http::write(impl_->socket, make_request("POST", target, body, headers));
   impl_->parser.body_limit(size_t{256} << 20);

@@ -52,8 +52,10 @@ class HttpConnection {
 // A POST whose response is read incrementally, one server-sent event at a time.
 class SseClient {
  public:
+  // receive_buffer_bytes > 0: the socket's SO_RCVBUF, set before connecting (a slow reader
+  // whose kernel buffer fills quickly).
   SseClient(uint16_t port, const std::string& target, const std::string& body,
-            const Headers& headers = {});
+            const Headers& headers = {}, int receive_buffer_bytes = 0);
   ~SseClient();
   int status() const;
   const Headers& headers() const;
