@@ -438,7 +438,10 @@ void real_section(Ctx& ctx) {
         "factor to fit (mean prompt "
      << fmt("%.0f", prompt_sum / n) << ", mean output " << fmt("%.0f", output_sum / n)
      << " tokens). **Noisy**: measured on a 2-core machine "
-        "shared with other builds.\n\n"
+        "shared with other builds (load average ~10), one run per cell; the latency column "
+        "in particular varies from run to run. The model: `pagedserve make-model --out DIR "
+        "--hidden 512 --layers 6 --heads 8 --ffn 1376 --vocab 4096 --context 1024` (23M "
+        "parameters); then `bench paper ... --real-model DIR --real-requests 16`.\n\n"
      << "| allocator | offline throughput (req/s) | paged / this | normalized latency at "
         "0.7x paged's offline rate (s/token) | token states (offline) |\n"
      << "| --- | --- | --- | --- | --- |\n";
@@ -470,7 +473,10 @@ void run_paper(const PaperOptions& options) {
 
   std::ostream& md = ctx.md;
   md << "# Reproducing the PagedAttention paper (SIMULATED)\n\n"
-     << "**Every number on this page is simulated**: the real pagedserve scheduler and KV "
+     << (options.real_model.empty() ? "**Every number on this page is simulated**"
+                                    : "**Every number on this page is simulated except "
+                                      "section 2b** (a small real CPU run)")
+     << ": the real pagedserve scheduler and KV "
         "allocators run the Azure LLM inference traces (2023) on `--device sim`, an executor "
         "that runs no model and charges each step the time of a linear cost model, profile `"
      << options.profile.filename().string() << "` (" << ctx.profile.name
