@@ -35,6 +35,12 @@ struct EngineConfig {
   std::optional<PreemptionMode> preemption_mode;
   // The KV memory manager: paged, or an Orca-style reserving baseline (cache/kv_allocator.h).
   cache::KvAllocatorKind kv_allocator = cache::KvAllocatorKind::kPaged;
+  // "cpu", or "sim": the SimExecutor (actors/sim_executor.h) with the cost-model profile at
+  // sim_profile; model_dir then only supplies the tokenizer, and the KV pool defaults to the
+  // profile's kv_cache_bytes. Its steps take no wall time: only the bench paper replay
+  // (virtual clock) gives its timings meaning.
+  std::string device = "cpu";
+  std::filesystem::path sim_profile;
 };
 
 struct EngineSetup {

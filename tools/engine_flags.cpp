@@ -6,7 +6,8 @@ namespace pagedserve::tools {
 const std::set<std::string> kEngineValueFlags = {
     "model",           "block-size",   "num-kv-blocks", "kv-cache-memory",
     "swap-space",      "max-num-seqs", "max-model-len", "max-num-batched-tokens",
-    "preemption-mode", "threads",      "kv-allocator"};
+    "preemption-mode", "threads",      "kv-allocator",  "device",
+    "sim-profile"};
 const std::set<std::string> kEngineBoolFlags = {"no-prefix-caching"};
 
 const char* const kEngineFlagsHelp =
@@ -25,7 +26,9 @@ const char* const kEngineFlagsHelp =
     "                               with --swap-space, else recompute)\n"
     "  --threads N                  CPU executor threads (default 0: one per core)\n"
     "  --kv-allocator NAME          paged (default), or the Orca-style baselines reserve-max,\n"
-    "                               reserve-pow2, reserve-oracle (one contiguous region each)\n";
+    "                               reserve-pow2, reserve-oracle (one contiguous region each)\n"
+    "  --device cpu|sim             sim: no model, steps priced by --sim-profile FILE (a cost\n"
+    "                               model; see profiles/README.md); --model gives the tokenizer\n";
 
 actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
   actors::EngineConfig config;
@@ -50,6 +53,11 @@ actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
       throw UsageError("--preemption-mode must be swap or recompute, got '" + mode + "'");
     }
   }
+  config.device = flags.get("device", "cpu");
+  if (config.device != "cpu" && config.device != "sim") {
+    throw UsageError("--device must be cpu or sim, got '" + config.device + "'");
+  }
+  if (config.device == "sim") config.sim_profile = flags.require("sim-profile");
   if (flags.has("kv-allocator")) {
     try {
       config.kv_allocator = cache::parse_kv_allocator(flags.require("kv-allocator"));

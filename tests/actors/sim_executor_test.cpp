@@ -109,3 +109,48 @@ TEST(SimExecutor, FitRecoversKnownCoefficients) {
 
 }  // namespace
 }  // namespace pagedserve::actors
+
+#include <filesystem>
+#include <fstream>
+
+#include "actors/llm_engine.h"
+#include "tests/test_paths.h"
+
+namespace pagedserve::actors {
+namespace {
+
+// --device sim through the engine: the tokenizer from the model folder, no weights, fixed
+// tokens until max_tokens, the pool sized from the profile.
+TEST(SimExecutor, EngineRunsOnTheSimDevice) {
+  const std::filesystem::path profile_path =
+      std::filesystem::temp_directory_path() / ("sim_profile_" + std::to_string(getpid()));
+  std::ofstream(profile_path) << sim_profile_to_json(profile()).dump();
+  EngineConfig config;
+  config.model_dir = testing::stories260k_dir();
+  config.device = "sim";
+  config.sim_profile = profile_path;
+  config.block_size = 4;
+  config.max_model_len = 32;  // the whole 8-block pool
+  LlmEngine engine(config);
+  EXPECT_EQ(engine.config().num_kv_blocks, 8);  // 320 bytes / (10 bytes x 4 tokens)
+  model::SamplingParams params;
+  params.max_tokens = 5;
+  params.temperature = 0.0f;
+  const uint64_t id = engine.add_request({1, 2, 3}, params);
+  std::vector<int32_t> tokens;
+  while (engine.has_unfinished_requests()) {
+    for (const RequestOutput& out : engine.step()) {
+      if (out.request_id != id) continue;
+      for (const SequenceOutput& d : out.deltas) {
+        tokens.insert(tokens.end(), d.new_token_ids.begin(), d.new_token_ids.end());
+      }
+    }
+  }
+  EXPECT_EQ(tokens, std::vector<int32_t>(5, SimExecutor::kSampledToken));
+  config.device = "gpu";
+  EXPECT_THROW(LlmEngine{config}, std::invalid_argument);
+  std::filesystem::remove(profile_path);
+}
+
+}  // namespace
+}  // namespace pagedserve::actors

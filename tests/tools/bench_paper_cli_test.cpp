@@ -67,7 +67,9 @@ TEST(BenchPaperCli, QuickRunWritesTheSimulatedReport) {
 }
 
 TEST(BenchPaperCli, MissingInputsAreNamed) {
-  const CommandResult r = run("bench paper --quick --profile /nonexistent/profile.json");
+  const std::filesystem::path traces = pagedserve::testing::shared_dir() / "traces" / "azure-2023";
+  const CommandResult r =
+      run("bench paper --quick --profile /nonexistent/profile.json --traces " + traces.string());
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("/nonexistent/profile.json"), std::string::npos) << r.output;
 }

@@ -119,8 +119,12 @@ void memory_breakdown(Ctx& ctx, const Workload& conv) {
         "\"external\" the free slots outside the largest free hole (usable only by a request "
         "small enough). Differences: the Azure conversation prompts (median ~1,000 tokens) "
         "are far longer than ShareGPT's, and prompt slots are token states under every "
-        "allocator, so the baselines waste a smaller share than in the paper; reserve-oracle "
-        "wastes almost nothing here because it is told the exact output length.\n\n";
+        "allocator, so the baselines waste a smaller share than in the paper. reserve-oracle, "
+        "told the exact output length, has almost no internal fragmentation: what it loses "
+        "is the reservation for tokens not generated yet and the holes between regions of "
+        "different sizes (reserve-max's regions are all one size, so it has no holes). The "
+        "paper's Fig. 2 was measured in its ShareGPT/OPT-13B experiment; we measure an "
+        "offline replay with the pool always full.\n\n";
 }
 
 // ---- 2. throughput at equal latency ----
@@ -276,7 +280,8 @@ void sharing_section(Ctx& ctx, const Workload& base) {
          << (oracle.request_throughput > 0
                  ? fmt("%.2fx", paged.request_throughput / oracle.request_throughput)
                  : std::string("n/a"))
-         << " | " << (beam ? "up to 2.3x (width 6)" : "1.3x (n = 1) and up") << " |\n";
+         << " | " << (beam ? "up to 2.3x (width 6)" : "from 1.3x (n = 1) up; per-n bars in Fig. 14")
+         << " |\n";
       ctx.note("sharing " + what + ": saved " + pct(saved));
     }
   }
@@ -438,7 +443,10 @@ void real_section(Ctx& ctx) {
         "factor to fit (mean prompt "
      << fmt("%.0f", prompt_sum / n) << ", mean output " << fmt("%.0f", output_sum / n)
      << " tokens). **Noisy**: measured on a 2-core machine "
-        "shared with other builds.\n\n"
+        "shared with other builds (load average ~10), one run per cell; the latency column "
+        "in particular varies from run to run. The model: `pagedserve make-model --out DIR "
+        "--hidden 512 --layers 6 --heads 8 --ffn 1376 --vocab 4096 --context 1024` (23M "
+        "parameters); then `bench paper ... --real-model DIR --real-requests 16`.\n\n"
      << "| allocator | offline throughput (req/s) | paged / this | normalized latency at "
         "0.7x paged's offline rate (s/token) | token states (offline) |\n"
      << "| --- | --- | --- | --- | --- |\n";
@@ -470,7 +478,10 @@ void run_paper(const PaperOptions& options) {
 
   std::ostream& md = ctx.md;
   md << "# Reproducing the PagedAttention paper (SIMULATED)\n\n"
-     << "**Every number on this page is simulated**: the real pagedserve scheduler and KV "
+     << (options.real_model.empty() ? "**Every number on this page is simulated**"
+                                    : "**Every number on this page is simulated except "
+                                      "section 2b** (a small real CPU run)")
+     << ": the real pagedserve scheduler and KV "
         "allocators run the Azure LLM inference traces (2023) on `--device sim`, an executor "
         "that runs no model and charges each step the time of a linear cost model, profile `"
      << options.profile.filename().string() << "` (" << ctx.profile.name
