@@ -8,8 +8,66 @@
 #include "actors/cpu_executor.h"
 #include "cache/kv_cache_sizing.h"
 #include "model/loader/llama_weights.h"
+#ifdef PAGEDSERVE_HAVE_CUDA
+#include "actors/cuda/cuda_executor.h"
+#endif
 
 namespace pagedserve::actors {
+
+namespace {
+
+// The weight and KV-cache dtype names the CUDA executor will use ("auto" resolved).
+std::string cuda_kv_dtype_name(const EngineConfig& config, const model::ModelConfig& mc) {
+  const std::string weights =
+      config.dtype != "auto" ? config.dtype
+                             : (mc.torch_dtype.empty() ? std::string("float32") : mc.torch_dtype);
+  return config.kv_cache_dtype != "auto" ? config.kv_cache_dtype : weights;
+}
+
+std::unique_ptr<Executor> make_cuda_executor(model::LlamaWeights weights,
+                                             const EngineConfig& config, int num_cpu_blocks) {
+#ifdef PAGEDSERVE_HAVE_CUDA
+  CudaExecutorOptions options;
+  options.block_size = config.block_size;
+  options.num_device_blocks = std::max(config.num_kv_blocks, 0);
+  options.num_cpu_blocks = num_cpu_blocks;
+  options.gpu_memory_utilization = config.gpu_memory_utilization;
+  options.weight_dtype = config.dtype;
+  options.kv_cache_dtype = config.kv_cache_dtype;
+  options.max_num_batched_tokens = config.max_num_batched_tokens;
+  options.max_num_seqs = config.max_num_seqs;
+  return std::make_unique<CudaExecutor>(std::move(weights), options);
+#else
+  (void)weights;
+  (void)config;
+  (void)num_cpu_blocks;
+  throw std::invalid_argument("--device cuda: this binary was built without CUDA");
+#endif
+}
+
+}  // namespace
+
+std::string resolve_device(const std::string& device) {
+  if (device == "cpu") return "cpu";
+#ifdef PAGEDSERVE_HAVE_CUDA
+  const int devices = cuda_device_count();
+#else
+  const int devices = 0;
+#endif
+  if (device == "auto") return devices > 0 ? "cuda" : "cpu";
+  if (device == "cuda") {
+#ifndef PAGEDSERVE_HAVE_CUDA
+    throw std::invalid_argument(
+        "--device cuda: this binary was built without CUDA "
+        "(configure with -DPAGEDSERVE_CUDA=ON where nvcc exists)");
+#endif
+    if (devices == 0) {
+      throw std::invalid_argument("--device cuda: no CUDA device is visible to this process");
+    }
+    return "cuda";
+  }
+  throw std::invalid_argument("--device must be cpu, cuda or auto, got '" + device + "'");
+}
 
 EngineSetup set_up_engine(const EngineConfig& config_in) {
   EngineSetup setup;
@@ -20,6 +78,8 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
                                 std::to_string(config.block_size));
   }
   if (config.max_num_seqs < 1) throw std::invalid_argument("--max-num-seqs must be at least 1");
+
+  config.device = resolve_device(config.device);
 
   model::LlamaWeights weights = model::load_llama_weights(config.model_dir);
   setup.tokenizer =
@@ -33,15 +93,21 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
   shape.head_dim = mc.head_dim;
   shape.dtype_bytes = sizeof(float);
   shape.block_size = config.block_size;
-  if (config.num_kv_blocks <= 0) {
+  const bool cuda = config.device == "cuda";
+  if (cuda) shape.dtype_bytes = cache::kv_dtype_bytes(cuda_kv_dtype_name(config, mc));
+  if (config.num_kv_blocks <= 0 && !cuda) {
     const int from_memory = cache::num_blocks_for_memory(shape, config.kv_cache_memory_bytes);
     // More blocks than every sequence at full length could use is wasted memory.
     const int64_t useful = int64_t{config.max_num_seqs} *
                            ((config.max_model_len + config.block_size - 1) / config.block_size);
     config.num_kv_blocks = static_cast<int>(std::min<int64_t>(from_memory, useful));
   }
-  cache::check_max_model_len_fits(shape, config.num_kv_blocks, config.max_model_len);
   const int num_cpu_blocks = cache::num_blocks_for_memory(shape, config.swap_space_bytes);
+  if (cuda) {
+    setup.executor = make_cuda_executor(std::move(weights), config, num_cpu_blocks);
+    config.num_kv_blocks = setup.executor->num_device_blocks();
+  }
+  cache::check_max_model_len_fits(shape, config.num_kv_blocks, config.max_model_len);
 
   config.preemption_mode = config.preemption_mode.value_or(
       num_cpu_blocks > 0 ? PreemptionMode::kSwap : PreemptionMode::kRecompute);
@@ -67,9 +133,11 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
     sched.eos_token_ids.push_back(*eos);
   }
 
-  setup.executor =
-      std::make_unique<CpuExecutor>(std::move(weights), config.block_size, config.num_kv_blocks,
-                                    num_cpu_blocks, config.num_threads);
+  if (!cuda) {
+    setup.executor =
+        std::make_unique<CpuExecutor>(std::move(weights), config.block_size, config.num_kv_blocks,
+                                      num_cpu_blocks, config.num_threads);
+  }
   return setup;
 }
 

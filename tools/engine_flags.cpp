@@ -4,8 +4,10 @@
 namespace pagedserve::tools {
 
 const std::set<std::string> kEngineValueFlags = {
-    "model",        "block-size",    "num-kv-blocks",          "kv-cache-memory", "swap-space",
-    "max-num-seqs", "max-model-len", "max-num-batched-tokens", "preemption-mode", "threads"};
+    "model",           "block-size",    "num-kv-blocks", "kv-cache-memory",
+    "swap-space",      "max-num-seqs",  "max-model-len", "max-num-batched-tokens",
+    "preemption-mode", "threads",       "device",        "gpu-memory-utilization",
+    "dtype",           "kv-cache-dtype"};
 const std::set<std::string> kEngineBoolFlags = {"no-prefix-caching"};
 
 const char* const kEngineFlagsHelp =
@@ -22,7 +24,15 @@ const char* const kEngineFlagsHelp =
     "  --no-prefix-caching          turn automatic prefix caching off\n"
     "  --preemption-mode MODE       swap or recompute, when KV blocks run out (default: swap\n"
     "                               with --swap-space, else recompute)\n"
-    "  --threads N                  CPU executor threads (default 0: one per core)\n";
+    "  --threads N                  CPU executor threads (default 0: one per core)\n"
+    "  --device DEVICE              cpu, cuda or auto (default auto: cuda when built with CUDA\n"
+    "                               and a GPU is visible, else cpu)\n"
+    "  --gpu-memory-utilization F   CUDA: share of GPU memory for weights, workspace and KV\n"
+    "                               pool (default 0.9); the pool takes what is left\n"
+    "  --dtype DTYPE                CUDA weights: auto, float32, float16, bfloat16 (default\n"
+    "                               auto: the model's torch_dtype)\n"
+    "  --kv-cache-dtype DTYPE       CUDA KV cache: auto (the weights'), float32, float16,\n"
+    "                               bfloat16, fp8 (e4m3, scale 1)\n";
 
 actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
   actors::EngineConfig config;
@@ -37,6 +47,17 @@ actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
       static_cast<int>(flags.get_int("max-num-batched-tokens", 8192, 1, 1 << 24));
   config.enable_prefix_caching = !flags.has("no-prefix-caching");
   config.num_threads = static_cast<int>(flags.get_int("threads", 0, 0, 1024));
+  config.device = flags.get("device", "auto");
+  if (config.device != "auto" && config.device != "cpu" && config.device != "cuda") {
+    throw UsageError("--device must be cpu, cuda or auto, got '" + config.device + "'");
+  }
+  config.gpu_memory_utilization = flags.get_double("gpu-memory-utilization", 0.9);
+  if (!(config.gpu_memory_utilization > 0.0 && config.gpu_memory_utilization <= 1.0)) {
+    throw UsageError("--gpu-memory-utilization must be in (0, 1], got " +
+                     std::to_string(config.gpu_memory_utilization));
+  }
+  config.dtype = flags.get("dtype", "auto");
+  config.kv_cache_dtype = flags.get("kv-cache-dtype", "auto");
   if (flags.has("preemption-mode")) {
     const std::string mode = flags.require("preemption-mode");
     if (mode == "swap") {
