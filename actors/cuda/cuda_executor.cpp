@@ -624,7 +624,12 @@ StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
   StepOutput output;
   output.step_id = input.step_id;
   output.seqs.resize(input.seqs.size());
-  if (num_rows == 0) return output;
+  if (num_rows == 0) {
+    // Nothing to sample (prompt chunks only); still finish the step, so the next one may reuse
+    // the pinned staging buffers and errors surface here.
+    check_cuda(cudaStreamSynchronize(compute), "cudaStreamSynchronize (step)");
+    return output;
+  }
 
   // Penalties and bans, one entry per (row, token).
   std::vector<kc::LogitAdjustment> adjustments;
