@@ -122,8 +122,9 @@ DType parse_weight_dtype(const std::string& name, const std::string& torch_dtype
   if (n == "float32" || n == "float") return DType::kFloat32;
   if (n == "float16" || n == "half") return DType::kFloat16;
   if (n == "bfloat16") return DType::kBFloat16;
-  throw std::invalid_argument("--dtype must be auto, float32, float16 or bfloat16, got '" + name +
-                              "'");
+  throw std::invalid_argument(
+      "--dtype must be auto, float32, float16 or bfloat16, got '" + name +
+      (name == "auto" ? "' (the model's torch_dtype is '" + n + "')" : std::string("'")));
 }
 
 DType parse_kv_dtype(const std::string& name, DType weight_dtype) {
@@ -319,10 +320,8 @@ CudaExecutor::CudaExecutor(model::LlamaWeights weights, const CudaExecutorOption
                                 std::to_string(options.gpu_memory_utilization));
   }
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim > 128) {
-    throw std::invalid_argument(
-        "the CUDA attention kernels support head_dim 64, 128 or up to "
-        "128, got " +
-        std::to_string(c.head_dim));
+    throw std::invalid_argument("the CUDA attention kernels support head_dim up to 128, got " +
+                                std::to_string(c.head_dim));
   }
   s.weight_dtype = parse_weight_dtype(options.weight_dtype, c.torch_dtype);
   s.kv_dtype = parse_kv_dtype(options.kv_cache_dtype, s.weight_dtype);
@@ -416,6 +415,9 @@ CudaExecutor::CudaExecutor(model::LlamaWeights weights, const CudaExecutorOption
   check_cuda(cudaMemcpy(s.kv_buffer_ptrs.get(), buffers.data(), buffers.size() * sizeof(void*),
                         cudaMemcpyHostToDevice),
              "cudaMemcpy (KV pointers)");
+  // The set-up ran on the legacy default stream, which the non-blocking compute stream does
+  // not wait for.
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (set-up)");
 }
 
 CudaExecutor::~CudaExecutor() = default;
@@ -813,6 +815,8 @@ StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
 
 StepOutput CudaExecutor::execute(const StepInput& input) {
   Impl& s = *impl_;
+  // The current device is per host thread, and the engine calls this from its executor thread.
+  check_cuda(cudaSetDevice(s.options.device), "cudaSetDevice");
   s.apply_block_copies(input);
   if (input.seqs.empty()) {
     check_cuda(cudaStreamSynchronize(s.compute), "cudaStreamSynchronize");
