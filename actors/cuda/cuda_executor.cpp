@@ -568,6 +568,7 @@ void CudaExecutor::Impl::forward(const model::ForwardBatch& batch) {
   attention.work_items = reinterpret_cast<const int32_t*>(at(off_work));
   attention.num_work_items = num_work_items;
   attention.num_tokens = num_tokens;
+  attention.num_seqs = batch.num_seqs();
   attention.max_blocks_per_seq = batch.max_blocks_per_seq;
   attention.num_heads = c.num_attention_heads;
   attention.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));

@@ -96,6 +96,10 @@ struct AttentionParams {
   const int32_t* work_items = nullptr;       // attention_work_items, device
   int num_work_items = 0;
   int num_tokens = 0;
+  int num_seqs = 0;  // with num_tokens == num_seqs (decode only), the decode kernel runs
+  // The decode kernel (K/V straight into registers, all heads of a GQA group per warp) for
+  // decode-only batches with at most 8 query heads per KV head; false: always the tiled one.
+  bool use_decode_kernel = true;
   int max_blocks_per_seq = 0;
   int num_heads = 0;
   float scale = 1.0f;

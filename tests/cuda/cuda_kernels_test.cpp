@@ -161,16 +161,15 @@ class CudaAttention : public ::testing::TestWithParam<AttentionCase> {};
 // decode, with K/V scattered over shuffled blocks of a pool full of junk. The new tokens' K/V
 // go in through write_kv (checked against host rounding), then attention is compared with the
 // CPU twin run over the same rounded cache.
-TEST_P(CudaAttention, WriteKvAndAttentionMatchCpu) {
-  PAGEDSERVE_REQUIRE_GPU();
-  const AttentionCase& p = GetParam();
+struct Seq {
+  int seq_len, q_len;
+};
+
+void check_write_kv_and_attention(const AttentionCase& p, const std::vector<Seq>& seqs,
+                                  bool use_decode_kernel) {
   std::mt19937 rng(100 + p.head_dim + p.block_size);
   const int num_kv_heads = 2, group = 3, num_heads = num_kv_heads * group;
   const int hd = p.head_dim, bs = p.block_size;
-  struct Seq {
-    int seq_len, q_len;
-  };
-  const std::vector<Seq> seqs = {{70, 1}, {37, 37}, {90, 20}, {5, 1}, {130, 3}};
   const int num_seqs = static_cast<int>(seqs.size());
 
   int blocks_needed = 0;
@@ -253,7 +252,8 @@ TEST_P(CudaAttention, WriteKvAndAttentionMatchCpu) {
   const std::vector<int32_t> work = kc::attention_work_items(qsl.data(), num_seqs, group);
   DeviceArray<float> dq(query), dout(query.size());
   DeviceArray<int32_t> dqsl(qsl), dlens(lens), dtables(tables), dwork(work);
-  const int max_seq_len = 130;
+  int max_seq_len = 0;
+  for (const Seq& s : seqs) max_seq_len = std::max(max_seq_len, s.seq_len);
   const int parts = kc::attention_num_partitions(max_seq_len, p.partition_size);
   const size_t partial_rows = static_cast<size_t>(num_tokens) * num_heads * parts;
   DeviceArray<float> pout(partial_rows * hd), pmax(partial_rows), psum(partial_rows);
@@ -267,6 +267,8 @@ TEST_P(CudaAttention, WriteKvAndAttentionMatchCpu) {
   gpu.work_items = dwork.get();
   gpu.num_work_items = static_cast<int>(work.size() / 2);
   gpu.num_tokens = num_tokens;
+  gpu.num_seqs = num_seqs;
+  gpu.use_decode_kernel = use_decode_kernel;
   gpu.max_blocks_per_seq = max_blocks;
   gpu.num_heads = num_heads;
   gpu.scale = cpu.scale;
@@ -277,6 +279,25 @@ TEST_P(CudaAttention, WriteKvAndAttentionMatchCpu) {
   gpu.partial_sum = psum.get();
   check(kc::paged_attention(gpu, nullptr), "paged_attention");
   EXPECT_TRUE(all_close(dout.download(), expected, 1e-4, 1e-4));
+}
+
+TEST_P(CudaAttention, WriteKvAndAttentionMatchCpu) {
+  PAGEDSERVE_REQUIRE_GPU();
+  // A mixed batch always takes the tiled kernel.
+  check_write_kv_and_attention(GetParam(), {{70, 1}, {37, 37}, {90, 20}, {5, 1}, {130, 3}}, true);
+}
+
+TEST_P(CudaAttention, DecodeBatchMatchesCpuWithBothKernels) {
+  PAGEDSERVE_REQUIRE_GPU();
+  const std::vector<Seq> decode_seqs = {{70, 1}, {1, 1}, {130, 1}, {33, 1}, {5, 1}, {64, 1}};
+  {
+    SCOPED_TRACE("decode kernel");
+    check_write_kv_and_attention(GetParam(), decode_seqs, true);
+  }
+  {
+    SCOPED_TRACE("tiled kernel");
+    check_write_kv_and_attention(GetParam(), decode_seqs, false);
+  }
 }
 
 std::vector<AttentionCase> attention_cases() {

@@ -82,6 +82,7 @@ struct AttentionShape {
   int batch, context, num_heads, num_kv_heads, head_dim, block_size;
   kc::DType dtype;
   int partition_size;
+  bool decode_kernel = true;  // false: the tiled (prefill) kernel on the same decode batch
 };
 
 nlohmann::json attention_bandwidth(const AttentionShape& s, double memcpy_bw) {
@@ -138,6 +139,8 @@ nlohmann::json attention_bandwidth(const AttentionShape& s, double memcpy_bw) {
   p.work_items = dwork;
   p.num_work_items = static_cast<int>(work.size() / 2);
   p.num_tokens = s.batch;
+  p.num_seqs = s.batch;
+  p.use_decode_kernel = s.decode_kernel;
   p.max_blocks_per_seq = blocks_per_seq;
   p.num_heads = s.num_heads;
   p.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
@@ -166,6 +169,7 @@ nlohmann::json attention_bandwidth(const AttentionShape& s, double memcpy_bw) {
                       {"block_size", s.block_size},
                       {"kv_dtype", kc::dtype_name(s.dtype)},
                       {"partition_size", s.partition_size},
+                      {"kernel", s.decode_kernel ? "decode" : "tiled"},
                       {"microseconds", seconds * 1e6},
                       {"kv_gb_per_s", bw / 1e9},
                       {"fraction_of_memcpy", bw / memcpy_bw}};
@@ -339,6 +343,8 @@ int main(int argc, char** argv) {
     const int ctx_scale = quick ? 4 : 1;
     std::vector<AttentionShape> shapes = {
         {"decode_b64_ctx4096_fp16", 64, 4096 / ctx_scale, 32, 8, 128, 16, kc::DType::kFloat16, 0},
+        {"decode_b64_ctx4096_fp16_tiled", 64, 4096 / ctx_scale, 32, 8, 128, 16, kc::DType::kFloat16,
+         0, false},
         {"decode_b256_ctx1024_fp16", 256, 1024 / ctx_scale, 32, 8, 128, 16, kc::DType::kFloat16, 0},
         {"decode_b64_ctx4096_fp16_hd64", 64, 4096 / ctx_scale, 32, 8, 64, 16, kc::DType::kFloat16,
          0},
