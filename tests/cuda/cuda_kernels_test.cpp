@@ -48,6 +48,38 @@ std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo = -1.0f, 
   return ::testing::AssertionSuccess();
 }
 
+// Host-side planning (runs without a GPU): every (token, head-in-group) row of every sequence
+// belongs to exactly one work item, and items never mix sequences.
+TEST(CudaAttentionPlan, WorkItemsCoverEveryRowOnce) {
+  const std::vector<int32_t> query_start_loc = {0, 1, 38, 58, 59, 62};
+  for (int group : {1, 3, 4, 8, 16}) {
+    const std::vector<int32_t> items = kc::attention_work_items(query_start_loc.data(), 5, group);
+    ASSERT_EQ(items.size() % 2, 0u);
+    std::map<std::pair<int, int>, int> covered;
+    for (size_t i = 0; i < items.size(); i += 2) {
+      const int seq = items[i], first = items[i + 1];
+      const int rows = (query_start_loc[seq + 1] - query_start_loc[seq]) * group;
+      ASSERT_LT(first, rows);
+      for (int r = first; r < std::min(rows, first + kc::kAttentionRowsPerBlock); ++r) {
+        ++covered[{seq, r}];
+      }
+    }
+    int expected_rows = 0;
+    for (int s = 0; s < 5; ++s) {
+      const int rows = (query_start_loc[s + 1] - query_start_loc[s]) * group;
+      expected_rows += rows;
+      for (int r = 0; r < rows; ++r) EXPECT_EQ((covered[{s, r}]), 1) << s << "/" << r;
+    }
+    EXPECT_EQ(static_cast<int>(covered.size()), expected_rows) << "group " << group;
+  }
+  EXPECT_EQ(kc::attention_num_partitions(1, 512), 1);
+  EXPECT_EQ(kc::attention_num_partitions(512, 512), 1);
+  EXPECT_EQ(kc::attention_num_partitions(513, 512), 2);
+  EXPECT_EQ(kc::attention_num_partitions(100000, 0), 1);
+  EXPECT_EQ(kc::dtype_size(DType::kFp8E4M3), 1u);
+  EXPECT_EQ(kc::dtype_size(DType::kBFloat16), 2u);
+}
+
 TEST(CudaKernels, RmsNormMatchesCpu) {
   PAGEDSERVE_REQUIRE_GPU();
   std::mt19937 rng(1);
