@@ -41,6 +41,15 @@ struct EngineConfig {
   // (virtual clock) gives its timings meaning.
   std::string device = "cpu";
   std::filesystem::path sim_profile;
+  // Which executor runs the model: "cpu", "cuda", or "auto" (cuda when the binary was built
+  // with CUDA and a device is visible, else cpu). Library callers get the CPU unless they ask;
+  // the command line defaults to auto. Resolved to "cpu" or "cuda" by set_up_engine.
+  std::string device = "cpu";
+  // CUDA only. The KV pool takes what this share of the device's memory leaves after the
+  // weights and workspace (unless num_kv_blocks is set); kv_cache_memory_bytes is not used.
+  double gpu_memory_utilization = 0.9;
+  std::string dtype = "auto";           // CUDA weights: auto (the model's), float32/16, bfloat16
+  std::string kv_cache_dtype = "auto";  // CUDA KV cache: auto (= weights), float32/16, bf16, fp8
 };
 
 struct EngineSetup {
@@ -55,6 +64,10 @@ struct EngineSetup {
 // model::ModelError for bad model files and std::invalid_argument for bad settings (e.g. a
 // pool too small for max_model_len, with the memory it would need).
 EngineSetup set_up_engine(const EngineConfig& config);
+
+// "cpu" or "cuda" for a --device value (cpu, cuda, auto). Throws std::invalid_argument for an
+// unknown name, and for cuda when the binary has no CUDA or no device is visible.
+std::string resolve_device(const std::string& device);
 
 // Empty when the engine can take the request, else the reason (empty prompt, ids outside the
 // vocabulary, too long for max_model_len, invalid sampling, more sequences than max_num_seqs).

@@ -4,10 +4,10 @@
 namespace pagedserve::tools {
 
 const std::set<std::string> kEngineValueFlags = {
-    "model",           "block-size",   "num-kv-blocks", "kv-cache-memory",
-    "swap-space",      "max-num-seqs", "max-model-len", "max-num-batched-tokens",
-    "preemption-mode", "threads",      "kv-allocator",  "device",
-    "sim-profile"};
+    "model",           "block-size",     "num-kv-blocks", "kv-cache-memory",
+    "swap-space",      "max-num-seqs",   "max-model-len", "max-num-batched-tokens",
+    "preemption-mode", "threads",        "device",        "gpu-memory-utilization",
+    "dtype",           "kv-cache-dtype", "kv-allocator",  "sim-profile"};
 const std::set<std::string> kEngineBoolFlags = {"no-prefix-caching"};
 
 const char* const kEngineFlagsHelp =
@@ -27,8 +27,17 @@ const char* const kEngineFlagsHelp =
     "  --threads N                  CPU executor threads (default 0: one per core)\n"
     "  --kv-allocator NAME          paged (default), or the Orca-style baselines reserve-max,\n"
     "                               reserve-pow2, reserve-oracle (one contiguous region each)\n"
-    "  --device cpu|sim             sim: no model, steps priced by --sim-profile FILE (a cost\n"
-    "                               model; see profiles/README.md); --model gives the tokenizer\n";
+    "  --device DEVICE              cpu, cuda, auto or sim (default auto: cuda when built with "
+    "CUDA\n"
+    "                               and a GPU is visible, else cpu; sim: no model,\n"
+    "                               steps priced by --sim-profile FILE, a cost model; see\n"
+    "                               profiles/README.md; --model gives the tokenizer)\n"
+    "  --gpu-memory-utilization F   CUDA: share of GPU memory for weights, workspace and KV\n"
+    "                               pool (default 0.9); the pool takes what is left\n"
+    "  --dtype DTYPE                CUDA weights: auto, float32, float16, bfloat16 (default\n"
+    "                               auto: the model's torch_dtype)\n"
+    "  --kv-cache-dtype DTYPE       CUDA KV cache: auto (the weights'), float32, float16,\n"
+    "                               bfloat16, fp8 (e4m3, scale 1)\n";
 
 actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
   actors::EngineConfig config;
@@ -43,6 +52,18 @@ actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
       static_cast<int>(flags.get_int("max-num-batched-tokens", 8192, 1, 1 << 24));
   config.enable_prefix_caching = !flags.has("no-prefix-caching");
   config.num_threads = static_cast<int>(flags.get_int("threads", 0, 0, 1024));
+  config.device = flags.get("device", "auto");
+  if (config.device != "auto" && config.device != "cpu" && config.device != "cuda" &&
+      config.device != "sim") {
+    throw UsageError("--device must be cpu, cuda, auto or sim, got '" + config.device + "'");
+  }
+  config.gpu_memory_utilization = flags.get_double("gpu-memory-utilization", 0.9);
+  if (!(config.gpu_memory_utilization > 0.0 && config.gpu_memory_utilization <= 1.0)) {
+    throw UsageError("--gpu-memory-utilization must be in (0, 1], got " +
+                     std::to_string(config.gpu_memory_utilization));
+  }
+  config.dtype = flags.get("dtype", "auto");
+  config.kv_cache_dtype = flags.get("kv-cache-dtype", "auto");
   if (flags.has("preemption-mode")) {
     const std::string mode = flags.require("preemption-mode");
     if (mode == "swap") {
@@ -52,10 +73,6 @@ actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
     } else {
       throw UsageError("--preemption-mode must be swap or recompute, got '" + mode + "'");
     }
-  }
-  config.device = flags.get("device", "cpu");
-  if (config.device != "cpu" && config.device != "sim") {
-    throw UsageError("--device must be cpu or sim, got '" + config.device + "'");
   }
   if (config.device == "sim") config.sim_profile = flags.require("sim-profile");
   if (flags.has("kv-allocator")) {

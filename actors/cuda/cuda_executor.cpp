@@ -1,0 +1,845 @@
+// CudaExecutor: weights upload and conversion, the KV pool, the forward pass as a sequence of
+// kernel launches and cuBLAS GEMMs on one compute stream, swaps on a copy stream, and device
+// sampling. Every CUDA status is checked; a failure throws std::runtime_error naming the call.
+#include "actors/cuda/cuda_executor.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "model/llama_model.h"
+
+namespace pagedserve::actors {
+namespace {
+
+namespace kc = kernels::cuda;
+using kc::DType;
+
+void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string("CUDA error in ") + what + ": " +
+                             cudaGetErrorString(status));
+  }
+}
+
+void check_cublas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw std::runtime_error(std::string("cuBLAS error in ") + what + ": " +
+                             cublasGetStatusString(status));
+  }
+}
+
+// A grow-only device allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  void reserve(size_t bytes) {
+    if (bytes <= bytes_) return;
+    cudaFree(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+    check_cuda(cudaMalloc(&ptr_, bytes), "cudaMalloc");
+    bytes_ = bytes;
+  }
+  template <typename T = void>
+  T* get() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// A grow-only pinned host allocation (the swap pool and the staging area for uploads).
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() { cudaFreeHost(ptr_); }
+  void reserve(size_t bytes) {
+    if (bytes <= bytes_) return;
+    cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+    check_cuda(cudaHostAlloc(&ptr_, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+    bytes_ = bytes;
+  }
+  char* get() const { return static_cast<char*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Packs several host arrays into one pinned staging buffer so a step's metadata goes to the
+// device in one copy; each array starts on a 16-byte boundary.
+class UploadPack {
+ public:
+  template <typename T>
+  size_t add(const T* data, size_t count) {
+    const size_t offset = (bytes_.size() + 15) / 16 * 16;
+    bytes_.resize(offset + count * sizeof(T));
+    if (count > 0) std::memcpy(bytes_.data() + offset, data, count * sizeof(T));
+    return offset;
+  }
+  template <typename T>
+  size_t add(const std::vector<T>& v) {
+    return add(v.data(), v.size());
+  }
+  // Copies the pack into `device` through `pinned` on `stream`.
+  void upload(PinnedBuffer& pinned, DeviceBuffer& device, cudaStream_t stream) {
+    if (bytes_.empty()) return;
+    pinned.reserve(bytes_.size());
+    device.reserve(bytes_.size());
+    std::memcpy(pinned.get(), bytes_.data(), bytes_.size());
+    check_cuda(
+        cudaMemcpyAsync(device.get(), pinned.get(), bytes_.size(), cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync (step metadata)");
+  }
+
+ private:
+  std::vector<char> bytes_;
+};
+
+DType parse_weight_dtype(const std::string& name, const std::string& torch_dtype) {
+  const std::string n = name == "auto" ? (torch_dtype.empty() ? "float32" : torch_dtype) : name;
+  if (n == "float32" || n == "float") return DType::kFloat32;
+  if (n == "float16" || n == "half") return DType::kFloat16;
+  if (n == "bfloat16") return DType::kBFloat16;
+  throw std::invalid_argument(
+      "--dtype must be auto, float32, float16 or bfloat16, got '" + name +
+      (name == "auto" ? "' (the model's torch_dtype is '" + n + "')" : std::string("'")));
+}
+
+DType parse_kv_dtype(const std::string& name, DType weight_dtype) {
+  if (name == "auto") return weight_dtype;
+  if (name == "float32") return DType::kFloat32;
+  if (name == "float16") return DType::kFloat16;
+  if (name == "bfloat16") return DType::kBFloat16;
+  if (name == "fp8" || name == "fp8_e4m3") return DType::kFp8E4M3;
+  throw std::invalid_argument(
+      "--kv-cache-dtype must be auto, float32, float16, bfloat16 or fp8, got '" + name + "'");
+}
+
+cudaDataType_t cublas_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return CUDA_R_16F;
+    case DType::kBFloat16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+struct LayerWeights {
+  DeviceBuffer input_norm, post_norm;                 // float32
+  DeviceBuffer wq, wk, wv, wo, w_gate, w_up, w_down;  // weight dtype
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" status
+    return 0;
+  }
+  return count;
+}
+
+struct CudaExecutor::Impl {
+  model::ModelConfig config;
+  CudaExecutorOptions options;
+  DType weight_dtype = DType::kFloat32;
+  DType kv_dtype = DType::kFloat32;
+  std::string device_name;
+  int num_sms = 1;
+
+  cudaStream_t compute = nullptr;
+  cudaStream_t copy = nullptr;
+  cudaEvent_t compute_done = nullptr;
+  cudaEvent_t copy_done = nullptr;
+  cublasHandle_t cublas = nullptr;
+
+  DeviceBuffer embed_tokens, lm_head, final_norm;
+  std::vector<LayerWeights> layers;
+
+  // KV: [layer][key, value][num_blocks][block bytes]; swap pool: the same with num_cpu_blocks.
+  int num_blocks = 0;
+  int num_cpu_blocks = 0;
+  size_t block_bytes = 0;  // one block of one layer's keys (or values)
+  DeviceBuffer kv_pool;
+  PinnedBuffer swap_pool;
+  DeviceBuffer kv_buffer_ptrs;  // [2 * layers] device pointers for copy_blocks
+
+  // Per-step workspace (grown on demand).
+  int token_capacity = 0;
+  int row_capacity = 0;
+  DeviceBuffer x, h, hw, q, k, v, attn, gate, up, selected, logits;
+  DeviceBuffer partial_out, partial_max, partial_sum;
+  DeviceBuffer lse;
+  DeviceBuffer argmax_tokens, greedy_logprobs;
+  DeviceBuffer draw_tokens, draw_logprobs;
+  DeviceBuffer sort_keys_in, sort_keys_out, sort_ids_in, sort_ids_out, sort_offsets, sort_temp;
+  DeviceBuffer metadata, sample_metadata;
+  PinnedBuffer metadata_pinned, sample_metadata_pinned, results_pinned;
+
+  ~Impl() {
+    if (compute) cudaStreamSynchronize(compute);
+    if (copy) cudaStreamSynchronize(copy);
+    if (cublas) cublasDestroy(cublas);
+    if (compute_done) cudaEventDestroy(compute_done);
+    if (copy_done) cudaEventDestroy(copy_done);
+    if (compute) cudaStreamDestroy(compute);
+    if (copy) cudaStreamDestroy(copy);
+  }
+
+  void upload_weight(DeviceBuffer& dst, const std::vector<float>& src, DType dtype,
+                     DeviceBuffer& staging) {
+    dst.reserve(std::max<size_t>(src.size() * kc::dtype_size(dtype), 16));
+    if (dtype == DType::kFloat32) {
+      check_cuda(
+          cudaMemcpy(dst.get(), src.data(), src.size() * sizeof(float), cudaMemcpyHostToDevice),
+          "cudaMemcpy (weights)");
+      return;
+    }
+    // Float32 goes up in chunks through a staging buffer and is converted on the device.
+    const size_t chunk = staging.bytes() / sizeof(float);
+    for (size_t begin = 0; begin < src.size(); begin += chunk) {
+      const size_t n = std::min(chunk, src.size() - begin);
+      check_cuda(
+          cudaMemcpy(staging.get(), src.data() + begin, n * sizeof(float), cudaMemcpyHostToDevice),
+          "cudaMemcpy (weights)");
+      check_cuda(
+          kc::convert_floats(staging.get<float>(), dst.get<char>() + begin * kc::dtype_size(dtype),
+                             dtype, static_cast<int64_t>(n), nullptr),
+          "convert_floats (weights)");
+    }
+    check_cuda(cudaDeviceSynchronize(), "weight conversion");
+  }
+
+  void reserve_workspace(int tokens, int rows) {
+    const size_t t = static_cast<size_t>(std::max(tokens, 1));
+    const size_t r = static_cast<size_t>(std::max(rows, 1));
+    const size_t hidden = config.hidden_size;
+    const size_t q_width = static_cast<size_t>(config.num_attention_heads) * config.head_dim;
+    const size_t kv_width = static_cast<size_t>(config.num_key_value_heads) * config.head_dim;
+    const size_t ffn = config.intermediate_size;
+    const size_t widest = std::max({hidden, q_width, ffn});
+    x.reserve(t * hidden * 4);
+    h.reserve(t * hidden * 4);
+    hw.reserve(t * widest * kc::dtype_size(weight_dtype));
+    q.reserve(t * q_width * 4);
+    k.reserve(t * kv_width * 4);
+    v.reserve(t * kv_width * 4);
+    attn.reserve(t * q_width * 4);
+    gate.reserve(t * ffn * 4);
+    up.reserve(t * ffn * 4);
+    selected.reserve(r * hidden * 4);
+    logits.reserve(r * config.vocab_size * 4);
+    lse.reserve(r * sizeof(double));
+    argmax_tokens.reserve(r * 4);
+    greedy_logprobs.reserve(r * 4);
+    token_capacity = std::max(token_capacity, tokens);
+    row_capacity = std::max(row_capacity, rows);
+  }
+
+  void reserve_sort(int segments) {
+    const size_t n = static_cast<size_t>(std::max(segments, 1)) * config.vocab_size;
+    sort_keys_in.reserve(n * 4);
+    sort_keys_out.reserve(n * 4);
+    sort_ids_in.reserve(n * 4);
+    sort_ids_out.reserve(n * 4);
+    sort_offsets.reserve((static_cast<size_t>(segments) + 2) * 4);
+    sort_temp.reserve(
+        std::max<size_t>(kc::sort_temp_bytes(std::max(segments, 1), config.vocab_size), 16));
+  }
+
+  kc::KvCacheLayout layer_cache(int layer) const {
+    kc::KvCacheLayout c;
+    const size_t pool_bytes = block_bytes * num_blocks;
+    c.key = kv_pool.get<char>() + (2 * layer) * pool_bytes;
+    c.value = kv_pool.get<char>() + (2 * layer + 1) * pool_bytes;
+    c.dtype = kv_dtype;
+    c.num_blocks = num_blocks;
+    c.block_size = options.block_size;
+    c.num_kv_heads = config.num_key_value_heads;
+    c.head_dim = config.head_dim;
+    return c;
+  }
+
+  // out[m, n] (+)= x[m, k] * w[n, k]^T: row-major out is cuBLAS's column-major out^T = w x^T.
+  void gemm(const void* x_in, const void* w, float* out, int m, int n, int k, bool accumulate) {
+    const float alpha = 1.0f;
+    const float beta = accumulate ? 1.0f : 0.0f;
+    const cudaDataType_t type = cublas_type(weight_dtype);
+    check_cublas(
+        cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, type, k, x_in, type, k,
+                     &beta, out, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
+  }
+
+  // The GEMM input for float activations: themselves for float32 weights, else a converted copy.
+  const void* gemm_input(const float* in, int64_t n) {
+    if (weight_dtype == DType::kFloat32) return in;
+    check_cuda(kc::convert_floats(in, hw.get(), weight_dtype, n, compute), "convert_floats");
+    return hw.get();
+  }
+
+  void apply_block_copies(const StepInput& input);
+  void forward(const model::ForwardBatch& batch);
+  StepOutput sample(const StepInput& input, int num_rows);
+};
+
+CudaExecutor::CudaExecutor(model::LlamaWeights weights, const CudaExecutorOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.config = weights.config;
+  s.options = options;
+  const model::ModelConfig& c = s.config;
+  if (options.block_size < 1) throw std::invalid_argument("block size must be positive");
+  if (!(options.gpu_memory_utilization > 0.0 && options.gpu_memory_utilization <= 1.0)) {
+    throw std::invalid_argument("--gpu-memory-utilization must be in (0, 1], got " +
+                                std::to_string(options.gpu_memory_utilization));
+  }
+  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim > 128) {
+    throw std::invalid_argument("the CUDA attention kernels support head_dim up to 128, got " +
+                                std::to_string(c.head_dim));
+  }
+  s.weight_dtype = parse_weight_dtype(options.weight_dtype, c.torch_dtype);
+  s.kv_dtype = parse_kv_dtype(options.kv_cache_dtype, s.weight_dtype);
+
+  const int devices = cuda_device_count();
+  if (devices == 0) {
+    throw std::runtime_error("--device cuda: no CUDA device is visible (cudaGetDeviceCount)");
+  }
+  if (options.device < 0 || options.device >= devices) {
+    throw std::invalid_argument("CUDA device " + std::to_string(options.device) +
+                                " does not exist (" + std::to_string(devices) + " visible)");
+  }
+  check_cuda(cudaSetDevice(options.device), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, options.device), "cudaGetDeviceProperties");
+  s.device_name = prop.name;
+  s.num_sms = prop.multiProcessorCount;
+  check_cuda(cudaStreamCreateWithFlags(&s.compute, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(cudaStreamCreateWithFlags(&s.copy, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(cudaEventCreateWithFlags(&s.compute_done, cudaEventDisableTiming), "cudaEventCreate");
+  check_cuda(cudaEventCreateWithFlags(&s.copy_done, cudaEventDisableTiming), "cudaEventCreate");
+  check_cublas(cublasCreate(&s.cublas), "cublasCreate");
+  check_cublas(cublasSetStream(s.cublas, s.compute), "cublasSetStream");
+
+  // Weights: converted at load to the weight dtype (norms stay float32).
+  {
+    DeviceBuffer staging;
+    staging.reserve(size_t{64} << 20);
+    s.upload_weight(s.embed_tokens, weights.embed_tokens, s.weight_dtype, staging);
+    weights.embed_tokens.clear();
+    weights.embed_tokens.shrink_to_fit();
+    if (!weights.lm_head.empty()) {
+      s.upload_weight(s.lm_head, weights.lm_head, s.weight_dtype, staging);
+      weights.lm_head = {};
+    }
+    s.upload_weight(s.final_norm, weights.final_norm, DType::kFloat32, staging);
+    s.layers = std::vector<LayerWeights>(weights.layers.size());
+    for (size_t l = 0; l < weights.layers.size(); ++l) {
+      model::LlamaLayerWeights& w = weights.layers[l];
+      LayerWeights& d = s.layers[l];
+      s.upload_weight(d.input_norm, w.input_norm, DType::kFloat32, staging);
+      s.upload_weight(d.post_norm, w.post_norm, DType::kFloat32, staging);
+      s.upload_weight(d.wq, w.wq, s.weight_dtype, staging);
+      s.upload_weight(d.wk, w.wk, s.weight_dtype, staging);
+      s.upload_weight(d.wv, w.wv, s.weight_dtype, staging);
+      s.upload_weight(d.wo, w.wo, s.weight_dtype, staging);
+      s.upload_weight(d.w_gate, w.w_gate, s.weight_dtype, staging);
+      s.upload_weight(d.w_up, w.w_up, s.weight_dtype, staging);
+      s.upload_weight(d.w_down, w.w_down, s.weight_dtype, staging);
+      w = {};  // the host copy is no longer needed
+    }
+  }
+
+  // Workspace for the largest step the scheduler may send, then the KV pool from what is left.
+  s.reserve_workspace(options.max_num_batched_tokens,
+                      std::min(options.max_num_seqs, options.max_num_batched_tokens));
+  s.reserve_sort(1);
+  s.block_bytes = static_cast<size_t>(c.num_key_value_heads) * options.block_size * c.head_dim *
+                  kc::dtype_size(s.kv_dtype);
+  const size_t bytes_per_block = 2 * static_cast<size_t>(c.num_hidden_layers) * s.block_bytes;
+  if (options.num_device_blocks > 0) {
+    s.num_blocks = options.num_device_blocks;
+  } else {
+    size_t free_bytes = 0, total_bytes = 0;
+    check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    const double reserved =
+        (1.0 - options.gpu_memory_utilization) * static_cast<double>(total_bytes);
+    const double budget = static_cast<double>(free_bytes) - reserved;
+    const double blocks = std::floor(budget / static_cast<double>(bytes_per_block));
+    if (blocks < 1.0) {
+      throw std::runtime_error(
+          "no device memory left for the KV cache: " + std::to_string(free_bytes >> 20) +
+          " MiB free of " + std::to_string(total_bytes >> 20) +
+          " MiB after the weights; raise --gpu-memory-utilization (now " +
+          std::to_string(options.gpu_memory_utilization) + ")");
+    }
+    s.num_blocks = static_cast<int>(std::min<double>(blocks, std::numeric_limits<int>::max()));
+  }
+  s.kv_pool.reserve(bytes_per_block * s.num_blocks);
+  check_cuda(cudaMemset(s.kv_pool.get(), 0, bytes_per_block * s.num_blocks), "cudaMemset (KV)");
+  s.num_cpu_blocks = std::max(options.num_cpu_blocks, 0);
+  if (s.num_cpu_blocks > 0) s.swap_pool.reserve(bytes_per_block * s.num_cpu_blocks);
+
+  std::vector<void*> buffers(2 * c.num_hidden_layers);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const kc::KvCacheLayout layer = s.layer_cache(l);
+    buffers[2 * l] = layer.key;
+    buffers[2 * l + 1] = layer.value;
+  }
+  s.kv_buffer_ptrs.reserve(buffers.size() * sizeof(void*));
+  check_cuda(cudaMemcpy(s.kv_buffer_ptrs.get(), buffers.data(), buffers.size() * sizeof(void*),
+                        cudaMemcpyHostToDevice),
+             "cudaMemcpy (KV pointers)");
+  // The set-up ran on the legacy default stream, which the non-blocking compute stream does
+  // not wait for.
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (set-up)");
+}
+
+CudaExecutor::~CudaExecutor() = default;
+
+const model::ModelConfig& CudaExecutor::model_config() const { return impl_->config; }
+int CudaExecutor::num_device_blocks() const { return impl_->num_blocks; }
+int CudaExecutor::num_cpu_blocks() const { return impl_->num_cpu_blocks; }
+int CudaExecutor::block_size() const { return impl_->options.block_size; }
+size_t CudaExecutor::kv_bytes_per_block() const {
+  return 2 * static_cast<size_t>(impl_->config.num_hidden_layers) * impl_->block_bytes;
+}
+std::string CudaExecutor::weight_dtype() const { return kc::dtype_name(impl_->weight_dtype); }
+std::string CudaExecutor::kv_cache_dtype() const { return kc::dtype_name(impl_->kv_dtype); }
+std::string CudaExecutor::device_name() const { return impl_->device_name; }
+
+// Swaps on the copy stream after the compute stream's earlier work (a swap-out reads blocks the
+// previous step wrote); the compute stream then waits for every swap, since blocks swapped out
+// may be this step's destinations and swapped-in blocks are read by it. Copy-on-write runs on
+// the compute stream.
+void CudaExecutor::Impl::apply_block_copies(const StepInput& input) {
+  const int layers = config.num_hidden_layers;
+  auto check_copy = [](const cache::BlockCopy& copy, int src_limit, int dst_limit,
+                       const char* what) {
+    if (copy.src < 0 || copy.src >= src_limit || copy.dst < 0 || copy.dst >= dst_limit) {
+      throw std::out_of_range(std::string(what) + " (" + std::to_string(copy.src) + " -> " +
+                              std::to_string(copy.dst) + ") outside the block pools");
+    }
+  };
+  if (!input.swap_out.empty() || !input.swap_in.empty()) {
+    check_cuda(cudaEventRecord(compute_done, compute), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(copy, compute_done, 0), "cudaStreamWaitEvent");
+    const size_t device_pool = block_bytes * num_blocks;
+    const size_t host_pool = block_bytes * num_cpu_blocks;
+    for (const cache::BlockCopy& c : input.swap_out) {
+      check_copy(c, num_blocks, num_cpu_blocks, "swap-out");
+      for (int b = 0; b < 2 * layers; ++b) {
+        check_cuda(cudaMemcpyAsync(swap_pool.get() + b * host_pool + c.dst * block_bytes,
+                                   kv_pool.get<char>() + b * device_pool + c.src * block_bytes,
+                                   block_bytes, cudaMemcpyDeviceToHost, copy),
+                   "cudaMemcpyAsync (swap out)");
+      }
+    }
+    for (const cache::BlockCopy& c : input.swap_in) {
+      check_copy(c, num_cpu_blocks, num_blocks, "swap-in");
+      for (int b = 0; b < 2 * layers; ++b) {
+        check_cuda(cudaMemcpyAsync(kv_pool.get<char>() + b * device_pool + c.dst * block_bytes,
+                                   swap_pool.get() + b * host_pool + c.src * block_bytes,
+                                   block_bytes, cudaMemcpyHostToDevice, copy),
+                   "cudaMemcpyAsync (swap in)");
+      }
+    }
+    check_cuda(cudaEventRecord(copy_done, copy), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(compute, copy_done, 0), "cudaStreamWaitEvent");
+  }
+  if (!input.block_copies.empty()) {
+    std::vector<int32_t> pairs;
+    for (const cache::BlockCopy& c : input.block_copies) {
+      check_copy(c, num_blocks, num_blocks, "block copy");
+      pairs.push_back(c.src);
+      pairs.push_back(c.dst);
+    }
+    UploadPack pack;
+    pack.add(pairs);
+    pack.upload(sample_metadata_pinned, sample_metadata, compute);
+    check_cuda(
+        kc::copy_blocks(kv_buffer_ptrs.get<void*>(), 2 * layers, sample_metadata.get<int32_t>(),
+                        static_cast<int>(pairs.size() / 2), block_bytes, compute),
+        "copy_blocks");
+    // The pinned staging area is reused by the sampler this step: finish the upload first.
+    check_cuda(cudaStreamSynchronize(compute), "cudaStreamSynchronize");
+  }
+}
+
+void CudaExecutor::Impl::forward(const model::ForwardBatch& batch) {
+  const model::ModelConfig& c = config;
+  const int num_tokens = batch.num_tokens();
+  const int hidden = c.hidden_size;
+  const int head_dim = c.head_dim;
+  const int q_width = c.num_attention_heads * head_dim;
+  const int kv_width = c.num_key_value_heads * head_dim;
+  const int ffn = c.intermediate_size;
+  const int num_out = static_cast<int>(batch.logits_indices.size());
+  reserve_workspace(std::max(num_tokens, token_capacity), std::max(num_out, row_capacity));
+
+  for (int32_t id : batch.token_ids) {
+    if (id < 0 || id >= c.vocab_size) {
+      throw std::out_of_range("token id " + std::to_string(id) + " outside the vocabulary of " +
+                              std::to_string(c.vocab_size));
+    }
+  }
+  for (int32_t block : batch.block_tables) {
+    if (block < 0 || block >= num_blocks) {
+      throw std::out_of_range("block " + std::to_string(block) + " outside the KV pool of " +
+                              std::to_string(num_blocks) + " blocks");
+    }
+  }
+
+  const int group = c.num_attention_heads / c.num_key_value_heads;
+  const std::vector<int32_t> work =
+      kc::attention_work_items(batch.query_start_loc.data(), batch.num_seqs(), group);
+  const int num_work_items = static_cast<int>(work.size() / 2);
+  const int max_seq_len = *std::max_element(batch.seq_lens.begin(), batch.seq_lens.end());
+  // Split-K when few blocks would otherwise run and the context is long.
+  int partition_size = 0;
+  const int partition = options.attention_partition_size;
+  if (partition > 0 && max_seq_len >= 2 * partition &&
+      static_cast<int64_t>(num_work_items) * c.num_key_value_heads < 2 * num_sms) {
+    partition_size = partition;
+    const size_t rows = static_cast<size_t>(num_tokens) * c.num_attention_heads *
+                        kc::attention_num_partitions(max_seq_len, partition);
+    partial_out.reserve(rows * head_dim * 4);
+    partial_max.reserve(rows * 4);
+    partial_sum.reserve(rows * 4);
+  }
+
+  UploadPack pack;
+  const size_t off_ids = pack.add(batch.token_ids);
+  const size_t off_pos = pack.add(batch.positions);
+  const size_t off_slots = pack.add(batch.slot_mapping);
+  const size_t off_qsl = pack.add(batch.query_start_loc);
+  const size_t off_lens = pack.add(batch.seq_lens);
+  const size_t off_tables = pack.add(batch.block_tables);
+  const size_t off_work = pack.add(work);
+  const size_t off_logit_rows = pack.add(batch.logits_indices);
+  pack.upload(metadata_pinned, metadata, compute);
+  const char* md = metadata.get<char>();
+  auto at = [md](size_t offset) { return md + offset; };
+
+  float* xf = x.get<float>();
+  float* hf = h.get<float>();
+  float* qf = q.get<float>();
+  float* kf = k.get<float>();
+  float* vf = v.get<float>();
+  float* af = attn.get<float>();
+  float* gf = gate.get<float>();
+  float* uf = up.get<float>();
+
+  check_cuda(kc::embedding(reinterpret_cast<const int32_t*>(at(off_ids)), embed_tokens.get(),
+                           weight_dtype, xf, num_tokens, hidden, compute),
+             "embedding");
+
+  kc::AttentionParams attention;
+  attention.query = qf;
+  attention.out = af;
+  attention.query_start_loc = reinterpret_cast<const int32_t*>(at(off_qsl));
+  attention.seq_lens = reinterpret_cast<const int32_t*>(at(off_lens));
+  attention.block_tables = reinterpret_cast<const int32_t*>(at(off_tables));
+  attention.work_items = reinterpret_cast<const int32_t*>(at(off_work));
+  attention.num_work_items = num_work_items;
+  attention.num_tokens = num_tokens;
+  attention.num_seqs = batch.num_seqs();
+  attention.max_blocks_per_seq = batch.max_blocks_per_seq;
+  attention.num_heads = c.num_attention_heads;
+  attention.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  attention.max_seq_len = max_seq_len;
+  attention.partition_size = partition_size;
+  attention.partial_out = partial_out.get<float>();
+  attention.partial_max = partial_max.get<float>();
+  attention.partial_sum = partial_sum.get<float>();
+  const int32_t* positions = reinterpret_cast<const int32_t*>(at(off_pos));
+  const int64_t* slots = reinterpret_cast<const int64_t*>(at(off_slots));
+
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& w = layers[l];
+    check_cuda(kc::rms_norm(xf, w.input_norm.get<float>(), hf, num_tokens, hidden, c.rms_norm_eps,
+                            compute),
+               "rms_norm");
+    const void* hin = gemm_input(hf, int64_t{num_tokens} * hidden);
+    gemm(hin, w.wq.get(), qf, num_tokens, q_width, hidden, false);
+    gemm(hin, w.wk.get(), kf, num_tokens, kv_width, hidden, false);
+    gemm(hin, w.wv.get(), vf, num_tokens, kv_width, hidden, false);
+    check_cuda(kc::rope_rotate_half(qf, kf, positions, num_tokens, c.num_attention_heads,
+                                    c.num_key_value_heads, head_dim, c.rope_theta, compute),
+               "rope_rotate_half");
+    attention.cache = layer_cache(l);
+    check_cuda(kc::write_kv(kf, vf, slots, num_tokens, attention.cache, compute), "write_kv");
+    check_cuda(kc::paged_attention(attention, compute), "paged_attention");
+    gemm(gemm_input(af, int64_t{num_tokens} * q_width), w.wo.get(), xf, num_tokens, hidden, q_width,
+         true);
+
+    check_cuda(
+        kc::rms_norm(xf, w.post_norm.get<float>(), hf, num_tokens, hidden, c.rms_norm_eps, compute),
+        "rms_norm");
+    const void* hin2 = gemm_input(hf, int64_t{num_tokens} * hidden);
+    gemm(hin2, w.w_gate.get(), gf, num_tokens, ffn, hidden, false);
+    gemm(hin2, w.w_up.get(), uf, num_tokens, ffn, hidden, false);
+    check_cuda(kc::silu_and_mul(gf, uf, gf, int64_t{num_tokens} * ffn, compute), "silu_and_mul");
+    gemm(gemm_input(gf, int64_t{num_tokens} * ffn), w.w_down.get(), xf, num_tokens, hidden, ffn,
+         true);
+  }
+
+  if (num_out == 0) return;
+  float* sel = selected.get<float>();
+  check_cuda(kc::gather_rows(xf, reinterpret_cast<const int32_t*>(at(off_logit_rows)), sel, num_out,
+                             hidden, compute),
+             "gather_rows");
+  check_cuda(
+      kc::rms_norm(sel, final_norm.get<float>(), sel, num_out, hidden, c.rms_norm_eps, compute),
+      "rms_norm");
+  const void* head = lm_head.bytes() > 0 ? lm_head.get() : embed_tokens.get();
+  gemm(gemm_input(sel, int64_t{num_out} * hidden), head, logits.get<float>(), num_out, c.vocab_size,
+       hidden, false);
+}
+
+StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
+  const int vocab = config.vocab_size;
+  StepOutput output;
+  output.step_id = input.step_id;
+  output.seqs.resize(input.seqs.size());
+  if (num_rows == 0) {
+    // Nothing to sample (prompt chunks only); still finish the step, so the next one may reuse
+    // the pinned staging buffers and errors surface here.
+    check_cuda(cudaStreamSynchronize(compute), "cudaStreamSynchronize (step)");
+    return output;
+  }
+
+  // Penalties and bans, one entry per (row, token).
+  std::vector<kc::LogitAdjustment> adjustments;
+  // Sort segments: non-greedy sampling rows (scaled by temperature) and top-logprob rows (raw).
+  std::vector<int32_t> seg_rows;
+  std::vector<float> seg_temperatures;
+  std::vector<kc::SampleDraw> draws;
+  struct TopRequest {
+    size_t seq;
+    int segment;
+    int row;
+    int k;
+  };
+  std::vector<TopRequest> tops;
+  int row = 0;
+  for (size_t i = 0; i < input.seqs.size(); ++i) {
+    const ScheduledSequence& seq = input.seqs[i];
+    if (!seq.sample) continue;
+    const model::SamplingParams& p = seq.sampling;
+    if (!seq.banned_token_ids.empty() || p.has_penalties()) {
+      std::map<int32_t, kc::LogitAdjustment> by_token;
+      auto entry = [&](int32_t id) -> kc::LogitAdjustment& {
+        kc::LogitAdjustment& a = by_token[id];
+        a.row = row;
+        a.token = id;
+        a.repetition_penalty = p.repetition_penalty;
+        a.presence_penalty = p.presence_penalty;
+        a.frequency_penalty = p.frequency_penalty;
+        return a;
+      };
+      auto in_vocab = [vocab](int32_t id) { return id >= 0 && id < vocab; };
+      if (p.repetition_penalty != 1.0f) {
+        for (int32_t id : seq.penalty_prompt_ids)
+          if (in_vocab(id)) entry(id).repeated = 1;
+        for (int32_t id : seq.penalty_output_ids)
+          if (in_vocab(id)) entry(id).repeated = 1;
+      }
+      if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+        for (int32_t id : seq.penalty_output_ids)
+          if (in_vocab(id)) ++entry(id).count;
+      }
+      for (int32_t id : seq.banned_token_ids)
+        if (in_vocab(id)) entry(id).banned = 1;
+      for (const auto& [id, a] : by_token) adjustments.push_back(a);
+    }
+    if (!p.is_greedy() && !seq.sample_seeds.empty()) {
+      const int segment = static_cast<int>(seg_rows.size());
+      seg_rows.push_back(row);
+      seg_temperatures.push_back(p.temperature);
+      for (uint64_t seed : seq.sample_seeds) {
+        kc::SampleDraw d;
+        d.segment = segment;
+        d.row = row;
+        d.top_k = p.top_k;
+        d.top_p = p.top_p;
+        d.min_p = p.min_p;
+        d.seed = seed;
+        d.step = seq.sample_step;
+        draws.push_back(d);
+      }
+    }
+    if (seq.num_top_logprobs > 0) {
+      tops.push_back(
+          {i, static_cast<int>(seg_rows.size()), row, std::min(seq.num_top_logprobs, vocab)});
+      seg_rows.push_back(row);
+      seg_temperatures.push_back(1.0f);
+    }
+    ++row;
+  }
+
+  const int num_segments = static_cast<int>(seg_rows.size());
+  const int num_draws = static_cast<int>(draws.size());
+  reserve_sort(num_segments);
+  draw_tokens.reserve(std::max<size_t>(draws.size(), 1) * 4);
+  draw_logprobs.reserve(std::max<size_t>(draws.size(), 1) * 4);
+
+  UploadPack pack;
+  const size_t off_adj = pack.add(adjustments);
+  const size_t off_seg_rows = pack.add(seg_rows);
+  const size_t off_seg_temps = pack.add(seg_temperatures);
+  const size_t off_draws = pack.add(draws);
+  std::vector<int32_t> all_rows(num_rows);
+  for (int r = 0; r < num_rows; ++r) all_rows[r] = r;
+  const size_t off_all_rows = pack.add(all_rows);
+  pack.upload(sample_metadata_pinned, sample_metadata, compute);
+  const char* md = sample_metadata.get<char>();
+
+  float* lg = logits.get<float>();
+  check_cuda(
+      kc::adjust_logits(lg, vocab, reinterpret_cast<const kc::LogitAdjustment*>(md + off_adj),
+                        static_cast<int>(adjustments.size()), compute),
+      "adjust_logits");
+  double* lse_d = lse.get<double>();
+  check_cuda(kc::log_sum_exp_rows(lg, num_rows, vocab, lse_d, compute), "log_sum_exp_rows");
+  int32_t* argmax_d = argmax_tokens.get<int32_t>();
+  check_cuda(kc::argmax_rows(lg, num_rows, vocab, argmax_d, compute), "argmax_rows");
+  check_cuda(
+      kc::token_logprobs(lg, vocab, lse_d, reinterpret_cast<const int32_t*>(md + off_all_rows),
+                         argmax_d, num_rows, greedy_logprobs.get<float>(), compute),
+      "token_logprobs");
+  kc::SortBuffers sort;
+  sort.keys_in = sort_keys_in.get<float>();
+  sort.keys_out = sort_keys_out.get<float>();
+  sort.ids_in = sort_ids_in.get<int32_t>();
+  sort.ids_out = sort_ids_out.get<int32_t>();
+  sort.offsets = sort_offsets.get<int32_t>();
+  sort.temp = sort_temp.get();
+  sort.temp_bytes = sort_temp.bytes();
+  check_cuda(kc::sort_segments(lg, vocab, reinterpret_cast<const int32_t*>(md + off_seg_rows),
+                               reinterpret_cast<const float*>(md + off_seg_temps), num_segments,
+                               sort, compute),
+             "sort_segments");
+  check_cuda(
+      kc::sample_sorted(sort.keys_out, sort.ids_out, vocab,
+                        reinterpret_cast<const kc::SampleDraw*>(md + off_draws), num_draws, lg,
+                        lse_d, draw_tokens.get<int32_t>(), draw_logprobs.get<float>(), compute),
+      "sample_sorted");
+
+  // Results back to the host: argmax tokens and their logprobs, draws, lse, top candidates.
+  size_t top_total = 0;
+  for (const TopRequest& t : tops) top_total += t.k;
+  const size_t results_bytes = num_rows * (4 + 4 + 8) + draws.size() * 8 + top_total * 8 + 64;
+  results_pinned.reserve(results_bytes);
+  char* res = results_pinned.get();
+  int32_t* h_argmax = reinterpret_cast<int32_t*>(res);
+  float* h_greedy_lp = reinterpret_cast<float*>(h_argmax + num_rows);
+  double* h_lse = reinterpret_cast<double*>(res + ((num_rows * 8 + 7) / 8) * 8);
+  int32_t* h_draw_tokens = reinterpret_cast<int32_t*>(h_lse + num_rows);
+  float* h_draw_lp = reinterpret_cast<float*>(h_draw_tokens + draws.size());
+  float* h_top_keys = h_draw_lp + draws.size();
+  int32_t* h_top_ids = reinterpret_cast<int32_t*>(h_top_keys + top_total);
+  auto d2h = [this](void* dst, const void* src, size_t bytes) {
+    if (bytes == 0) return;
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute),
+               "cudaMemcpyAsync (results)");
+  };
+  d2h(h_argmax, argmax_d, num_rows * 4);
+  d2h(h_greedy_lp, greedy_logprobs.get(), num_rows * 4);
+  d2h(h_lse, lse_d, num_rows * 8);
+  d2h(h_draw_tokens, draw_tokens.get(), draws.size() * 4);
+  d2h(h_draw_lp, draw_logprobs.get(), draws.size() * 4);
+  size_t top_offset = 0;
+  for (const TopRequest& t : tops) {
+    const size_t seg = static_cast<size_t>(t.segment) * vocab;
+    d2h(h_top_keys + top_offset, sort.keys_out + seg, t.k * 4);
+    d2h(h_top_ids + top_offset, sort.ids_out + seg, t.k * 4);
+    top_offset += t.k;
+  }
+  check_cuda(cudaStreamSynchronize(compute), "cudaStreamSynchronize (step)");
+
+  row = 0;
+  size_t draw = 0;
+  top_offset = 0;
+  size_t top_index = 0;
+  for (size_t i = 0; i < input.seqs.size(); ++i) {
+    const ScheduledSequence& seq = input.seqs[i];
+    if (!seq.sample) continue;
+    SequenceStepOutput& out = output.seqs[i];
+    if (seq.sampling.is_greedy()) {
+      for (size_t n = 0; n < seq.sample_seeds.size(); ++n) {
+        out.samples.push_back({h_argmax[row], h_greedy_lp[row]});
+      }
+    } else {
+      for (size_t n = 0; n < seq.sample_seeds.size(); ++n, ++draw) {
+        out.samples.push_back({h_draw_tokens[draw], h_draw_lp[draw]});
+      }
+    }
+    if (top_index < tops.size() && tops[top_index].seq == i) {
+      const TopRequest& t = tops[top_index++];
+      for (int n = 0; n < t.k; ++n) {
+        out.top_logprobs.push_back(
+            {h_top_ids[top_offset + n],
+             static_cast<float>(static_cast<double>(h_top_keys[top_offset + n]) - h_lse[row])});
+      }
+      top_offset += t.k;
+    }
+    ++row;
+  }
+  return output;
+}
+
+StepOutput CudaExecutor::execute(const StepInput& input) {
+  Impl& s = *impl_;
+  // The current device is per host thread, and the engine calls this from its executor thread.
+  check_cuda(cudaSetDevice(s.options.device), "cudaSetDevice");
+  s.apply_block_copies(input);
+  if (input.seqs.empty()) {
+    check_cuda(cudaStreamSynchronize(s.compute), "cudaStreamSynchronize");
+    StepOutput output;
+    output.step_id = input.step_id;
+    return output;
+  }
+  model::ForwardBatch batch;
+  for (const ScheduledSequence& seq : input.seqs) {
+    if (seq.new_token_ids.empty()) {
+      throw std::invalid_argument("a scheduled sequence has no new tokens");
+    }
+    const int64_t needed =
+        int64_t{seq.num_computed_tokens} + static_cast<int64_t>(seq.new_token_ids.size());
+    if (static_cast<int64_t>(seq.block_table.size()) * s.options.block_size < needed) {
+      throw std::invalid_argument("a block table covers fewer tokens than the sequence has");
+    }
+    batch.add_sequence(seq.new_token_ids, seq.num_computed_tokens, seq.block_table,
+                       s.options.block_size, seq.sample);
+  }
+  s.forward(batch);
+  return s.sample(input, static_cast<int>(batch.logits_indices.size()));
+}
+
+}  // namespace pagedserve::actors

@@ -1,0 +1,65 @@
+// CudaExecutor: the Executor on one NVIDIA GPU. Weights live on the device (float32, float16 or
+// bfloat16; linear layers through cuBLAS with float32 accumulation), the KV cache is one paged
+// pool in device memory (float32, float16, bfloat16 or fp8 e4m3) sized from free memory, and
+// swap space is pinned host memory reached by cudaMemcpyAsync on a dedicated copy stream
+// ordered against the compute stream with CUDA events. Sampling runs on the device with the
+// CPU sampler's semantics. Plain C++ header (the CUDA types stay in the .cpp), so engine code
+// can include it without CUDA headers. Lives on the executor thread; not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "actors/executor.h"
+#include "model/loader/llama_weights.h"
+
+namespace pagedserve::actors {
+
+struct CudaExecutorOptions {
+  int device = 0;
+  int block_size = 16;
+  int num_device_blocks = 0;            // 0: as many as gpu_memory_utilization leaves room for
+  int num_cpu_blocks = 0;               // pinned host swap blocks
+  double gpu_memory_utilization = 0.9;  // share of the device's total memory this process may use
+  // "auto" (the model's torch_dtype; float32 stays float32), "float32", "float16", "bfloat16".
+  std::string weight_dtype = "auto";
+  // "auto" (the weight dtype), "float32", "float16", "bfloat16", "fp8" (e4m3, scale 1).
+  std::string kv_cache_dtype = "auto";
+  // Workspace is reserved up front for these (and grown if a step ever needs more).
+  int max_num_batched_tokens = 8192;
+  int max_num_seqs = 256;
+  // Context tokens per split-K attention partition; 0 turns split-K off.
+  int attention_partition_size = 512;
+};
+
+// Devices the CUDA runtime sees; 0 when there is none or no usable driver.
+int cuda_device_count();
+
+class CudaExecutor final : public Executor {
+ public:
+  // Throws std::runtime_error naming the CUDA or cuBLAS failure (no device, out of memory) and
+  // std::invalid_argument for bad options.
+  CudaExecutor(model::LlamaWeights weights, const CudaExecutorOptions& options);
+  ~CudaExecutor() override;
+  CudaExecutor(const CudaExecutor&) = delete;
+  CudaExecutor& operator=(const CudaExecutor&) = delete;
+
+  StepOutput execute(const StepInput& input) override;
+  const model::ModelConfig& model_config() const override;
+  int num_device_blocks() const override;
+  int num_cpu_blocks() const override;
+  int block_size() const override;
+
+  // Bytes one KV block takes across all layers (keys and values) in the cache dtype.
+  size_t kv_bytes_per_block() const;
+  std::string weight_dtype() const;
+  std::string kv_cache_dtype() const;
+  std::string device_name() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pagedserve::actors

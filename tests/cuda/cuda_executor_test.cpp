@@ -1,0 +1,240 @@
+// The CUDA executor against the CPU executor: greedy and seeded generation on stories260K
+// through the whole engine (batching, chunked prefill, prefix caching, swap preemption), and
+// swap / copy-on-write round trips at the executor level. stories260K is found through
+// PAGEDSERVE_SHARED (tests/test_paths.h); the device check points that at a carried copy.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "actors/cpu_executor.h"
+#include "actors/cuda/cuda_executor.h"
+#include "actors/llm_engine.h"
+#include "model/loader/llama_weights.h"
+#include "tests/actors/engine_test_util.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/test_paths.h"
+
+namespace pagedserve::actors {
+namespace {
+
+#define REQUIRE_GPU_AND_MODEL()                                                 \
+  do {                                                                          \
+    PAGEDSERVE_REQUIRE_GPU();                                                   \
+    if (!std::filesystem::exists(testing::stories260k_dir() / "config.json")) { \
+      GTEST_SKIP() << "stories260K not found at " << testing::stories260k_dir() \
+                   << " (set PAGEDSERVE_SHARED)";                               \
+    }                                                                           \
+  } while (0)
+
+std::vector<std::vector<int32_t>> test_prompts() {
+  std::vector<std::vector<int32_t>> prompts;
+  uint32_t state = 12345;
+  for (int length : {1, 5, 17, 40, 150}) {
+    std::vector<int32_t> p = {1};  // BOS
+    for (int i = 1; i < length; ++i) {
+      state = state * 1664525u + 1013904223u;
+      p.push_back(static_cast<int32_t>(3 + (state >> 8) % 500));
+    }
+    prompts.push_back(p);
+  }
+  prompts.push_back(prompts[3]);  // a repeat: served from the prefix cache
+  return prompts;
+}
+
+EngineConfig config_for(const std::string& device) {
+  EngineConfig config = testing_util::stories_config();
+  config.device = device;
+  config.max_num_batched_tokens = 64;  // forces chunked prefill of the long prompt
+  config.max_model_len = 512;
+  config.num_threads = 1;
+  return config;
+}
+
+// Runs every prompt with `params` in one engine and returns each request's tokens.
+std::vector<std::vector<int32_t>> generate(const EngineConfig& config,
+                                           const model::SamplingParams& params,
+                                           SchedulerStats* stats = nullptr) {
+  LlmEngine engine(config);
+  std::vector<uint64_t> ids;
+  for (const auto& prompt : test_prompts()) ids.push_back(engine.add_request(prompt, params));
+  auto finished = testing_util::run_to_completion(engine);
+  std::vector<std::vector<int32_t>> out;
+  for (uint64_t id : ids) out.push_back(finished[id].tokens());
+  if (stats) *stats = engine.stats();
+  return out;
+}
+
+TEST(CudaExecutor, GreedyGenerationEqualsCpu) {
+  REQUIRE_GPU_AND_MODEL();
+  const model::SamplingParams params = testing_util::greedy(48);
+  const auto cpu = generate(config_for("cpu"), params);
+  EngineConfig cuda = config_for("cuda");
+  cuda.dtype = "float32";
+  cuda.kv_cache_dtype = "float32";
+  const auto gpu = generate(cuda, params);
+  ASSERT_EQ(gpu.size(), cpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    EXPECT_FALSE(cpu[i].empty());
+    EXPECT_EQ(gpu[i], cpu[i]) << "prompt " << i;
+  }
+}
+
+TEST(CudaExecutor, SeededSamplingEqualsCpu) {
+  REQUIRE_GPU_AND_MODEL();
+  model::SamplingParams params;
+  params.temperature = 0.8f;
+  params.top_k = 40;
+  params.top_p = 0.9f;
+  params.min_p = 0.02f;
+  params.seed = 1234;
+  params.max_tokens = 32;
+  params.repetition_penalty = 1.1f;
+  const auto cpu = generate(config_for("cpu"), params);
+  EngineConfig cuda = config_for("cuda");
+  cuda.dtype = "float32";
+  cuda.kv_cache_dtype = "float32";
+  const auto gpu = generate(cuda, params);
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_EQ(gpu[i], cpu[i]) << "prompt " << i;
+}
+
+// Lower precision changes logits slightly, so only the start of each greedy continuation is
+// required to agree with the CPU (a loose sanity bound, not an accuracy measurement).
+TEST(CudaExecutor, HalfPrecisionAndFp8CacheStayCloseToCpu) {
+  REQUIRE_GPU_AND_MODEL();
+  const model::SamplingParams params = testing_util::greedy(16);
+  const auto cpu = generate(config_for("cpu"), params);
+  for (const char* kv : {"float16", "fp8"}) {
+    EngineConfig cuda = config_for("cuda");
+    cuda.dtype = "float16";
+    cuda.kv_cache_dtype = kv;
+    const auto gpu = generate(cuda, params);
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      size_t agree = 0;
+      while (agree < cpu[i].size() && agree < gpu[i].size() && cpu[i][agree] == gpu[i][agree]) {
+        ++agree;
+      }
+      // fp8 e4m3 keeps 3 mantissa bits: a looser bound than float16's.
+      const size_t required = std::string(kv) == "fp8" ? 4 : 8;
+      EXPECT_GE(agree, required) << "kv " << kv << ", prompt " << i
+                                 << ": greedy prefix shared with CPU";
+    }
+  }
+}
+
+TEST(CudaExecutor, SwapPreemptionGivesTheCpuOutput) {
+  REQUIRE_GPU_AND_MODEL();
+  const model::SamplingParams params = testing_util::greedy(120);
+  auto small_pool = [](const std::string& device) {
+    EngineConfig c = config_for(device);
+    c.dtype = "float32";
+    c.kv_cache_dtype = "float32";
+    c.num_kv_blocks = 24;
+    c.max_model_len = 256;
+    c.swap_space_bytes = 4 << 20;
+    c.preemption_mode = PreemptionMode::kSwap;
+    return c;
+  };
+  SchedulerStats cpu_stats, gpu_stats;
+  const auto cpu = generate(small_pool("cpu"), params, &cpu_stats);
+  const auto gpu = generate(small_pool("cuda"), params, &gpu_stats);
+  EXPECT_GT(gpu_stats.num_preemptions_swap, 0) << "the pool was meant to run out";
+  EXPECT_EQ(gpu_stats.num_preemptions_swap, cpu_stats.num_preemptions_swap);
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_EQ(gpu[i], cpu[i]) << "prompt " << i;
+}
+
+// One sequence of 20 tokens is prefilled into blocks {0, 1}; its next token is then decoded
+// from the same blocks, from copies swapped out and back in to {5, 6} (over blocks holding
+// another sequence), and from a copy-on-write copy {7, 1}. All three must give the same top
+// logprobs, and the CPU executor the same within float tolerance.
+TEST(CudaExecutor, SwapAndCopyOnWriteRoundTrips) {
+  REQUIRE_GPU_AND_MODEL();
+  const int block_size = 16;
+  CudaExecutorOptions options;
+  options.block_size = block_size;
+  options.num_device_blocks = 16;
+  options.num_cpu_blocks = 4;
+  options.weight_dtype = "float32";
+  options.kv_cache_dtype = "float32";
+  CudaExecutor gpu(model::load_llama_weights(testing::stories260k_dir()), options);
+  CpuExecutor cpu(model::load_llama_weights(testing::stories260k_dir()), block_size, 16, 4, 1);
+
+  std::vector<int32_t> prompt = test_prompts()[4];
+  prompt.resize(20);
+  auto prefill = [&](std::vector<int32_t> tokens, std::vector<int32_t> table) {
+    StepInput in;
+    ScheduledSequence s;
+    s.new_token_ids = std::move(tokens);
+    s.block_table = std::move(table);
+    s.sample = false;
+    in.seqs.push_back(s);
+    return in;
+  };
+  auto decode = [&](std::vector<int32_t> table) {
+    StepInput in;
+    ScheduledSequence s;
+    s.new_token_ids = {42};
+    s.num_computed_tokens = 20;
+    s.block_table = std::move(table);
+    s.sample = true;
+    s.sampling.temperature = 0.0f;
+    s.sample_seeds = {0};
+    s.num_top_logprobs = 8;
+    in.seqs.push_back(s);
+    return in;
+  };
+  for (Executor* e : {static_cast<Executor*>(&gpu), static_cast<Executor*>(&cpu)}) {
+    e->execute(prefill(prompt, {0, 1}));
+    e->execute(prefill(test_prompts()[3], {5, 6, 9}));  // junk for the swap-in to overwrite
+  }
+  std::map<std::string, std::vector<model::TokenLogprob>> gpu_results, cpu_results;
+  for (Executor* e : {static_cast<Executor*>(&gpu), static_cast<Executor*>(&cpu)}) {
+    auto& results = e == &gpu ? gpu_results : cpu_results;
+    StepInput swapped = decode({5, 6});
+    swapped.swap_out = {{0, 2}, {1, 3}};
+    swapped.swap_in = {{2, 5}, {3, 6}};
+    results["swapped"] = e->execute(swapped).seqs[0].top_logprobs;
+    StepInput copied = decode({7, 1});
+    copied.block_copies = {{0, 7}};
+    results["copied"] = e->execute(copied).seqs[0].top_logprobs;
+    results["direct"] = e->execute(decode({0, 1})).seqs[0].top_logprobs;
+  }
+  ASSERT_EQ(gpu_results["direct"].size(), 8u);
+  EXPECT_EQ(gpu_results["swapped"], gpu_results["direct"]);
+  EXPECT_EQ(gpu_results["copied"], gpu_results["direct"]);
+  for (const auto& [name, top] : cpu_results) {
+    ASSERT_EQ(top.size(), gpu_results[name].size()) << name;
+    for (size_t i = 0; i < top.size(); ++i) {
+      EXPECT_EQ(gpu_results[name][i].token_id, top[i].token_id) << name << " #" << i;
+      EXPECT_NEAR(gpu_results[name][i].logprob, top[i].logprob, 1e-4) << name << " #" << i;
+    }
+  }
+}
+
+TEST(CudaExecutor, RefusesBadInputWithAClearError) {
+  REQUIRE_GPU_AND_MODEL();
+  CudaExecutorOptions options;
+  options.num_device_blocks = 4;
+  options.weight_dtype = "float32";
+  CudaExecutor gpu(model::load_llama_weights(testing::stories260k_dir()), options);
+  StepInput in;
+  ScheduledSequence s;
+  s.new_token_ids = {100000};
+  s.block_table = {0};
+  in.seqs.push_back(s);
+  EXPECT_THROW(gpu.execute(in), std::out_of_range);
+  in.seqs[0].new_token_ids = {5};
+  in.seqs[0].block_table = {9};
+  EXPECT_THROW(gpu.execute(in), std::out_of_range);
+  StepInput copy;
+  copy.block_copies = {{0, 4}};
+  EXPECT_THROW(gpu.execute(copy), std::out_of_range);
+  options.kv_cache_dtype = "int3";
+  EXPECT_THROW(CudaExecutor(model::load_llama_weights(testing::stories260k_dir()), options),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace pagedserve::actors
