@@ -17,6 +17,7 @@ const char* const kUsage =
     "  generate   generate text for one or more prompts (offline, no server)\n"
     "  serve      the OpenAI-compatible HTTP/SSE/WebSocket server\n"
     "  bench      benchmarks: `bench throughput` (offline engine speed)\n"
+    "  make-model write a random-weight Llama of a given shape (Hugging Face layout)\n"
     "run `pagedserve <command> --help` for its flags\n";
 
 }  // namespace
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
     if (command == "generate") return pagedserve::tools::run_generate(args);
     if (command == "serve") return pagedserve::tools::run_serve(args);
     if (command == "bench") return pagedserve::tools::run_bench(args);
+    if (command == "make-model") return pagedserve::tools::run_make_model(args);
     std::cerr << "pagedserve: error: unknown command '" << command << "'\n" << kUsage;
     return 2;
   } catch (const pagedserve::tools::UsageError& e) {

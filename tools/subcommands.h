@@ -12,5 +12,6 @@ int run_serve(const std::vector<std::string>& args);  // tools/serve.cpp
 int run_bench(const std::vector<std::string>& args);
 // `bench serve` and `bench sweep` (tools/bench_serve.cpp); name is "serve" or "sweep".
 int run_bench_online(const std::string& name, const std::vector<std::string>& args);
+int run_make_model(const std::vector<std::string>& args);  // tools/make_model.cpp
 
 }  // namespace pagedserve::tools

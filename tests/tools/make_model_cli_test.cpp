@@ -1,0 +1,84 @@
+// `pagedserve make-model` as a user runs it: the model it writes runs under `generate`, the same
+// flags give the same files, and bad flags exit 2 naming the problem.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+CommandResult run(const std::string& args) {
+  const std::string command = std::string(PAGEDSERVE_BINARY) + " " + args + " 2>&1";
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return result;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string read_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::filesystem::path temp_dir(const std::string& name) {
+  return std::filesystem::temp_directory_path() /
+         ("ps_make_model_cli_" + std::to_string(::getpid()) + "_" + name);
+}
+
+const std::string kSmallShape =
+    " --hidden 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --vocab 1000 --context 512";
+
+TEST(MakeModelCli, WrittenModelGeneratesAndSameFlagsGiveSameFiles) {
+  const auto a = temp_dir("a");
+  const auto b = temp_dir("b");
+  for (const auto& dir : {a, b}) {
+    const CommandResult r =
+        run("make-model --out " + dir.string() + kSmallShape + " --dtype bf16 --seed 9");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  for (const char* file : {"config.json", "model.safetensors", "tokenizer.json"}) {
+    EXPECT_EQ(read_bytes(a / file), read_bytes(b / file)) << file;
+  }
+  const CommandResult g = run("generate --model " + a.string() +
+                              " --prompt 'hello there' --temperature 0 --max-tokens 5 --json");
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  const nlohmann::json out = nlohmann::json::parse(g.output);
+  EXPECT_EQ(out["token_ids"].size(), 5u);
+  for (const auto& id : out["token_ids"]) EXPECT_LT(id.get<int>(), 1000);
+  std::filesystem::remove_all(a);
+  std::filesystem::remove_all(b);
+}
+
+TEST(MakeModelCli, BadFlagsExitTwoNamingTheProblem) {
+  const auto dir = temp_dir("bad");
+  CommandResult r = run("make-model --out " + dir.string() + " --dtype f8");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--dtype"), std::string::npos) << r.output;
+  r = run("make-model --out " + dir.string() + " --heads 5");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("multiple of heads"), std::string::npos) << r.output;
+  r = run("make-model" + kSmallShape);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--out"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+}  // namespace
