@@ -21,10 +21,10 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
   }
   if (config.max_num_seqs < 1) throw std::invalid_argument("--max-num-seqs must be at least 1");
 
-  model::LlamaWeights weights = model::load_llama_weights(config.model_dir);
+  const model::LlamaCheckpoint checkpoint = model::open_llama_checkpoint(config.model_dir);
   setup.tokenizer =
       std::make_shared<const model::Tokenizer>(model::Tokenizer::from_dir(config.model_dir));
-  const model::ModelConfig& mc = weights.config;
+  const model::ModelConfig& mc = checkpoint.config;
   if (config.max_model_len <= 0) config.max_model_len = mc.max_position_embeddings;
 
   cache::KvCacheShape shape;
@@ -67,9 +67,8 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
     sched.eos_token_ids.push_back(*eos);
   }
 
-  setup.executor =
-      std::make_unique<CpuExecutor>(std::move(weights), config.block_size, config.num_kv_blocks,
-                                    num_cpu_blocks, config.num_threads);
+  setup.executor = std::make_unique<CpuExecutor>(
+      checkpoint, config.block_size, config.num_kv_blocks, num_cpu_blocks, config.num_threads);
   return setup;
 }
 

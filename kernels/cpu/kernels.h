@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/isa.h"
+
 namespace pagedserve::kernels {
 
 class ThreadPool;  // kernels/cpu/thread_pool.h; kernels taking one split their work over it
@@ -12,6 +14,12 @@ class ThreadPool;  // kernels/cpu/thread_pool.h; kernels taking one split their 
 // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight[:]
 // x, out: [num_rows, hidden]; weight: [hidden]. out may alias x.
 void rms_norm(const float* x, const float* weight, float* out, int num_rows, int hidden, float eps);
+
+// Fused residual add and RMSNorm, one pass over the residual stream:
+// x[r, :] += delta[r, :], then out[r, :] = rms_norm(x[r, :]) * weight[:].
+// x, delta, out: [num_rows, hidden]; out must not alias x or delta.
+void add_rms_norm(float* x, const float* delta, const float* weight, float* out, int num_rows,
+                  int hidden, float eps);
 
 // Rotary embedding in Hugging Face's rotate-half layout, applied in place.
 // For each head, pairs (i, i + head_dim/2) rotate by angle pos * theta^(-2i/head_dim).
@@ -28,6 +36,11 @@ void matmul_nt(const float* x, const float* w, float* out, int m, int n, int k,
 
 // out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
 void silu_and_mul(const float* gate, const float* up, float* out, int64_t n);
+
+// The gated activation over a stacked gate/up projection, one pass:
+// out[r, i] = silu(gate_up[r, i]) * gate_up[r, ffn + i]. gate_up: [num_rows, 2 ffn];
+// out: [num_rows, ffn], not aliasing gate_up.
+void silu_and_mul_stacked(const float* gate_up, float* out, int num_rows, int ffn);
 
 // One layer's paged KV cache. Block b holds block_size consecutive token positions of one
 // sequence; token slot s lives in block s / block_size at offset s % block_size.
@@ -68,7 +81,22 @@ struct PagedAttentionParams {
   int block_size = 0;
   float scale = 1.0f;  // usually 1 / sqrt(head_dim)
 };
-// With a pool, (query token, head) pairs are split across threads.
-void paged_attention(const PagedAttentionParams& params, ThreadPool* pool = nullptr);
+// With a pool, (query token, KV head) pairs are split across threads, so a single decode token
+// still uses every thread. Each (token, head) is computed by one thread in an order fixed by its
+// own sequence (block by block), so results do not depend on the rest of the batch or the split.
+// isa picks the inner loops (AVX-512, or the portable ones for anything else).
+void paged_attention(const PagedAttentionParams& params, ThreadPool* pool = nullptr,
+                     Isa isa = best_isa());
+
+namespace detail {
+// Attention of the query heads [first_head, first_head + num_heads) of one token at position
+// `pos`, all reading KV head kv_head, over the blocks of one sequence (block_table: its row).
+// q and out point at the first head's [head_dim] row; heads follow contiguously.
+void attend_heads_portable(const PagedAttentionParams& p, const float* q,
+                           const int32_t* block_table, int pos, int kv_head, int num_heads,
+                           float* out);
+void attend_heads_avx512(const PagedAttentionParams& p, const float* q, const int32_t* block_table,
+                         int pos, int kv_head, int num_heads, float* out);
+}  // namespace detail
 
 }  // namespace pagedserve::kernels
