@@ -13,5 +13,8 @@ int run_bench(const std::vector<std::string>& args);
 // `bench serve` and `bench sweep` (tools/bench_serve.cpp); name is "serve" or "sweep".
 int run_bench_online(const std::string& name, const std::vector<std::string>& args);
 int run_make_model(const std::vector<std::string>& args);  // tools/make_model.cpp
+// `bench throughput --batch B`: prefill and decode against the machine's roofline
+// (tools/bench_phases.cpp).
+int run_bench_phases(const std::vector<std::string>& args);
 
 }  // namespace pagedserve::tools

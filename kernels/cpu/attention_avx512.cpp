@@ -12,6 +12,7 @@
 // GCC 12's intrinsics for max, roundscale, scalef and the reductions start from
 // _mm512_undefined_*, which -Wmaybe-uninitialized reports as a false positive once inlined.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #define PS_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 
@@ -60,6 +61,68 @@ PS_TARGET_AVX512 inline void scale_in_place(float* v, int d, float factor) {
   for (int i = 0; i < d; i += 16) {
     const __mmask16 m = tail_mask(d - i);
     _mm512_mask_storeu_ps(v + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, v + i), f));
+  }
+}
+
+// out[0:d] += sum_j weights[j] * values[j, 0:d], with the d/16 accumulators in registers so
+// the FMA chains of different vectors overlap (one chain per vector, in order of j).
+template <int kVectors>
+PS_TARGET_AVX512 inline void accumulate_values_in_registers(const float* weights,
+                                                            const float* values, int n, int d,
+                                                            int width, float* out) {
+  __m512 acc[kVectors];
+  __mmask16 masks[kVectors];
+#pragma GCC unroll 8
+  for (int v = 0; v < kVectors; ++v) {
+    masks[v] = tail_mask(width - 16 * v);
+    acc[v] = _mm512_maskz_loadu_ps(masks[v], out + 16 * v);
+  }
+  for (int j = 0; j < n; ++j) {
+    const __m512 w = _mm512_set1_ps(weights[j]);
+    const float* row = values + static_cast<long>(j) * d;
+#pragma GCC unroll 8
+    for (int v = 0; v < kVectors; ++v) {
+      acc[v] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(masks[v], row + 16 * v), acc[v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < kVectors; ++v) _mm512_mask_storeu_ps(out + 16 * v, masks[v], acc[v]);
+}
+
+// The same over any d: register tiles of up to 8 vectors (128 dims), several for wider heads.
+// `d` stays the row stride of values; the tile's width sets the masks.
+PS_TARGET_AVX512 inline void accumulate_values(const float* weights, const float* values, int n,
+                                               int d, float* out) {
+  for (int i = 0; i < d; i += 128) {
+    const int width = d - i < 128 ? d - i : 128;
+    const float* v = values + i;
+    float* o = out + i;
+    switch ((width + 15) / 16) {
+      case 1:
+        accumulate_values_in_registers<1>(weights, v, n, d, width, o);
+        break;
+      case 2:
+        accumulate_values_in_registers<2>(weights, v, n, d, width, o);
+        break;
+      case 3:
+        accumulate_values_in_registers<3>(weights, v, n, d, width, o);
+        break;
+      case 4:
+        accumulate_values_in_registers<4>(weights, v, n, d, width, o);
+        break;
+      case 5:
+        accumulate_values_in_registers<5>(weights, v, n, d, width, o);
+        break;
+      case 6:
+        accumulate_values_in_registers<6>(weights, v, n, d, width, o);
+        break;
+      case 7:
+        accumulate_values_in_registers<7>(weights, v, n, d, width, o);
+        break;
+      default:
+        accumulate_values_in_registers<8>(weights, v, n, d, width, o);
+        break;
+    }
   }
 }
 
@@ -118,16 +181,7 @@ PS_TARGET_AVX512 void attend_group(const PagedAttentionParams& p, const float* q
         _mm512_mask_storeu_ps(scores + j, m, w);
       }
       running_sum[h] += _mm512_reduce_add_ps(sum_v);
-      for (int i = 0; i < d; i += 16) {
-        const __mmask16 m = tail_mask(d - i);
-        __m512 acc = _mm512_maskz_loadu_ps(m, oh + i);
-        for (int j = 0; j < n_valid; ++j) {
-          acc =
-              _mm512_fmadd_ps(_mm512_set1_ps(scores[j]),
-                              _mm512_maskz_loadu_ps(m, values + static_cast<long>(j) * d + i), acc);
-        }
-        _mm512_mask_storeu_ps(oh + i, m, acc);
-      }
+      accumulate_values(scores, values, n_valid, d, oh);
     }
   }
   for (int h = 0; h < num_heads; ++h)
