@@ -89,14 +89,18 @@ void paged_attention(const PagedAttentionParams& params, ThreadPool* pool = null
                      Isa isa = best_isa());
 
 namespace detail {
-// Attention of the query heads [first_head, first_head + num_heads) of one token at position
-// `pos`, all reading KV head kv_head, over the blocks of one sequence (block_table: its row).
-// q and out point at the first head's [head_dim] row; heads follow contiguously.
+// Attention of num_queries consecutive query tokens of one sequence (at positions first_pos,
+// first_pos + 1, ...) for the query heads [first_head, first_head + num_heads), all reading KV
+// head kv_head, over the sequence's blocks (block_table: its row). q and out point at the first
+// token's first head; heads follow contiguously, tokens are num_heads * head_dim (of params)
+// apart. Each (token, head) result is what that token alone would get.
 void attend_heads_portable(const PagedAttentionParams& p, const float* q,
-                           const int32_t* block_table, int pos, int kv_head, int num_heads,
-                           float* out);
+                           const int32_t* block_table, int first_pos, int num_queries, int kv_head,
+                           int num_heads, float* out);
 void attend_heads_avx512(const PagedAttentionParams& p, const float* q, const int32_t* block_table,
-                         int pos, int kv_head, int num_heads, float* out);
+                         int first_pos, int num_queries, int kv_head, int num_heads, float* out);
+// Query tokens per task of paged_attention: a tile shares each block's K/V loads.
+constexpr int kAttentionQueryTile = 8;
 }  // namespace detail
 
 }  // namespace pagedserve::kernels

@@ -81,11 +81,14 @@ void attend_one(const PagedAttentionParams& p, const float* q, const int32_t* bl
 namespace detail {
 
 void attend_heads_portable(const PagedAttentionParams& p, const float* q,
-                           const int32_t* block_table, int pos, int kv_head, int num_heads,
-                           float* out) {
-  for (int h = 0; h < num_heads; ++h) {
-    const long offset = static_cast<long>(h) * p.head_dim;
-    attend_one(p, q + offset, block_table, pos, kv_head, out + offset);
+                           const int32_t* block_table, int first_pos, int num_queries, int kv_head,
+                           int num_heads, float* out) {
+  const long token_stride = static_cast<long>(p.num_heads) * p.head_dim;
+  for (int t = 0; t < num_queries; ++t) {
+    for (int h = 0; h < num_heads; ++h) {
+      const long offset = t * token_stride + static_cast<long>(h) * p.head_dim;
+      attend_one(p, q + offset, block_table, first_pos + t, kv_head, out + offset);
+    }
   }
 }
 
@@ -111,19 +114,25 @@ void paged_attention(const PagedAttentionParams& p, ThreadPool* pool, Isa isa) {
     assert((p.seq_lens[s] + p.block_size - 1) / p.block_size <= p.max_blocks_per_seq);
     flops += 4.0 * q_len * p.seq_lens[s] * p.num_heads * p.head_dim;
   }
-  // One task per (query token, KV head): a decode token still spreads over every thread, and
-  // the pool hands tasks out one at a time, which balances long and short contexts.
+  // One task per (tile of up to kAttentionQueryTile query tokens of one sequence, KV head): a
+  // decode token still spreads over every thread (one task per KV head), a prefill tile shares
+  // each block's K/V loads, and the pool hands tasks out one at a time, which balances long and
+  // short contexts. Tasks are indexed by (token, KV head); only a tile's first token does work.
   parallel_for(pool, int64_t{num_tokens} * p.num_kv_heads, flops, [&](int64_t task) {
     const int64_t token = task / p.num_kv_heads;
     const int kv_head = static_cast<int>(task % p.num_kv_heads);
     const int32_t* next_start =
         std::upper_bound(p.query_start_loc, p.query_start_loc + p.num_seqs + 1, token);
     const int s = static_cast<int>(next_start - p.query_start_loc) - 1;
+    const int index_in_seq = static_cast<int>(token - p.query_start_loc[s]);
+    if (index_in_seq % detail::kAttentionQueryTile != 0) return;
     const int q_len = p.query_start_loc[s + 1] - p.query_start_loc[s];
-    const int pos = p.seq_lens[s] - q_len + static_cast<int>(token - p.query_start_loc[s]);
+    const int num_queries = std::min(detail::kAttentionQueryTile, q_len - index_in_seq);
+    const int first_pos = p.seq_lens[s] - q_len + index_in_seq;
     const int32_t* block_table = p.block_tables + static_cast<long>(s) * p.max_blocks_per_seq;
     const long offset = token * token_stride + static_cast<long>(kv_head) * group * p.head_dim;
-    attend(p, p.query + offset, block_table, pos, kv_head, group, p.out + offset);
+    attend(p, p.query + offset, block_table, first_pos, num_queries, kv_head, group,
+           p.out + offset);
   });
 }
 
