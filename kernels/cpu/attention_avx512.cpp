@@ -52,28 +52,72 @@ PS_TARGET_AVX512 inline __m512 reduce16(const __m512 (&a)[16]) {
 }
 
 // Lane j: q . keys[j] over d floats for j < count (keys rows d apart), 0 beyond. Each dot is
-// one 16-lane FMA chain over d followed by reduce16, whatever count is.
-PS_TARGET_AVX512 inline __m512 dot16(const float* q, const float* keys, int d, int count) {
+// one 16-lane FMA chain over d (16 dims at a time, in order) followed by reduce16, whatever
+// the path. For d <= 128 (kVectors = d / 16 rounded up) q and all 16 accumulators stay in
+// registers and every branch is unrolled, so nothing spills.
+template <int kVectors>
+PS_TARGET_AVX512 inline __m512 dot16_in_registers(const float* q, const float* keys, int d,
+                                                  int count) {
+  __m512 qv[kVectors];
+  __mmask16 masks[kVectors];
+#pragma GCC unroll 8
+  for (int v = 0; v < kVectors; ++v) {
+    masks[v] = tail_mask(d - 16 * v);
+    qv[v] = _mm512_maskz_loadu_ps(masks[v], q + 16 * v);
+  }
   __m512 acc[16];
+  const float* row = keys;
 #pragma GCC unroll 16
+  for (int j = 0; j < 16; ++j) {
+    __m512 a = _mm512_setzero_ps();
+    if (j < count) {
+#pragma GCC unroll 8
+      for (int v = 0; v < kVectors; ++v) {
+        a = _mm512_fmadd_ps(qv[v], _mm512_maskz_loadu_ps(masks[v], row + 16 * v), a);
+      }
+      row += d;
+    }
+    acc[j] = a;
+  }
+  return reduce16(acc);
+}
+
+// Any d: the same chains with the accumulators in memory (heads wider than 128 dims).
+PS_TARGET_AVX512 inline __m512 dot16_wide(const float* q, const float* keys, int d, int count) {
+  __m512 acc[16];
   for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
   for (int i = 0; i < d; i += 16) {
     const __mmask16 m = tail_mask(d - i);
     const __m512 qv = _mm512_maskz_loadu_ps(m, q + i);
-    if (count == 16) {
-#pragma GCC unroll 16
-      for (int j = 0; j < 16; ++j) {
-        acc[j] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, keys + static_cast<long>(j) * d + i),
-                                 acc[j]);
-      }
-    } else {
-      for (int j = 0; j < count; ++j) {
-        acc[j] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, keys + static_cast<long>(j) * d + i),
-                                 acc[j]);
-      }
+    for (int j = 0; j < count; ++j) {
+      acc[j] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, keys + static_cast<long>(j) * d + i),
+                               acc[j]);
     }
   }
   return reduce16(acc);
+}
+
+PS_TARGET_AVX512 inline __m512 dot16(const float* q, const float* keys, int d, int count) {
+  switch ((d + 15) / 16) {
+    case 1:
+      return dot16_in_registers<1>(q, keys, d, count);
+    case 2:
+      return dot16_in_registers<2>(q, keys, d, count);
+    case 3:
+      return dot16_in_registers<3>(q, keys, d, count);
+    case 4:
+      return dot16_in_registers<4>(q, keys, d, count);
+    case 5:
+      return dot16_in_registers<5>(q, keys, d, count);
+    case 6:
+      return dot16_in_registers<6>(q, keys, d, count);
+    case 7:
+      return dot16_in_registers<7>(q, keys, d, count);
+    case 8:
+      return dot16_in_registers<8>(q, keys, d, count);
+    default:
+      return dot16_wide(q, keys, d, count);
+  }
 }
 
 // exp(x) for x <= 0 (scores minus their running max): x = n ln2 + r with |r| <= ln2 / 2, a
@@ -104,29 +148,46 @@ PS_TARGET_AVX512 inline void scale_in_place(float* v, int d, float factor) {
   }
 }
 
-// out[0:d] += sum_j weights[j] * values[j, 0:d], with the d/16 accumulators in registers so
-// the FMA chains of different vectors overlap (one chain per vector, in order of j).
+// out[0:d] += sum_j weights[j] * values[j, 0:d], with the accumulators in registers: two
+// chains per 16-dim vector (even and odd j, added at the end) so consecutive FMAs never wait
+// on each other's latency. The order is fixed by n alone.
 template <int kVectors>
 PS_TARGET_AVX512 inline void accumulate_values_in_registers(const float* weights,
                                                             const float* values, int n, int d,
                                                             int width, float* out) {
-  __m512 acc[kVectors];
+  __m512 even[kVectors];
+  __m512 odd[kVectors];
   __mmask16 masks[kVectors];
 #pragma GCC unroll 8
   for (int v = 0; v < kVectors; ++v) {
     masks[v] = tail_mask(width - 16 * v);
-    acc[v] = _mm512_maskz_loadu_ps(masks[v], out + 16 * v);
+    even[v] = _mm512_maskz_loadu_ps(masks[v], out + 16 * v);
+    odd[v] = _mm512_setzero_ps();
   }
-  for (int j = 0; j < n; ++j) {
-    const __m512 w = _mm512_set1_ps(weights[j]);
-    const float* row = values + static_cast<long>(j) * d;
+  int j = 0;
+  for (; j + 2 <= n; j += 2) {
+    const __m512 w0 = _mm512_set1_ps(weights[j]);
+    const __m512 w1 = _mm512_set1_ps(weights[j + 1]);
+    const float* row0 = values + static_cast<long>(j) * d;
+    const float* row1 = row0 + d;
 #pragma GCC unroll 8
     for (int v = 0; v < kVectors; ++v) {
-      acc[v] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(masks[v], row + 16 * v), acc[v]);
+      even[v] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(masks[v], row0 + 16 * v), even[v]);
+      odd[v] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(masks[v], row1 + 16 * v), odd[v]);
+    }
+  }
+  if (j < n) {
+    const __m512 w0 = _mm512_set1_ps(weights[j]);
+    const float* row0 = values + static_cast<long>(j) * d;
+#pragma GCC unroll 8
+    for (int v = 0; v < kVectors; ++v) {
+      even[v] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(masks[v], row0 + 16 * v), even[v]);
     }
   }
 #pragma GCC unroll 8
-  for (int v = 0; v < kVectors; ++v) _mm512_mask_storeu_ps(out + 16 * v, masks[v], acc[v]);
+  for (int v = 0; v < kVectors; ++v) {
+    _mm512_mask_storeu_ps(out + 16 * v, masks[v], _mm512_add_ps(even[v], odd[v]));
+  }
 }
 
 // The same over any d: register tiles of up to 8 vectors (128 dims), several for wider heads.

@@ -28,7 +28,8 @@ void add_rms_norm(float* x, const float* delta, const float* weight, float* out,
 void rope_rotate_half(float* q, float* k, const int32_t* positions, int num_tokens, int num_heads,
                       int num_kv_heads, int head_dim, float theta);
 
-// out = x * w^T, the layout of a Hugging Face Linear layer.
+// out = x * w^T, the layout of a Hugging Face Linear layer, on unpacked float32 weights (for
+// weights used once; the executor's layers use matmul_packed in packed_matmul.h).
 // x: [m, k]; w: [n, k]; out: [m, n]. With a pool, rows of w (columns of out) are split across
 // threads, so each weight is still read once per call.
 void matmul_nt(const float* x, const float* w, float* out, int m, int n, int k,
