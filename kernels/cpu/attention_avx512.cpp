@@ -20,8 +20,9 @@ namespace pagedserve::kernels::detail {
 namespace {
 
 constexpr int kMaxBlockSize = 128;
-constexpr int kMaxGroup = 16;   // query heads handled per walk of the block table
-constexpr int kMaxQueries = 8;  // query tokens handled per walk of the block table
+constexpr int kMaxGroup = 16;       // query heads handled per walk of the block table
+constexpr int kMaxQueries = 8;      // query tokens handled per walk of the block table
+constexpr int kPrefetchBlocks = 4;  // how far ahead the block walk prefetches K and V
 
 PS_TARGET_AVX512 inline __mmask16 tail_mask(int n) {
   return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
@@ -291,7 +292,22 @@ PS_TARGET_AVX512 void attend_tile(const PagedAttentionParams& p, const float* q,
   }
   const int last_pos = first_pos + num_queries - 1;
   const int num_blocks = last_pos / p.block_size + 1;
+  // Blocks are a few KiB each and scattered, too short for the hardware prefetchers to ramp
+  // up on: fetch the K and V of the blocks kPrefetchBlocks ahead while this one is computed.
+  const long block_bytes = head_stride * static_cast<long>(sizeof(float));
+  const auto prefetch_block = [&](int b) {
+    if (b >= num_blocks) return;
+    const long base = block_table[b] * block_stride + kv_head * head_stride;
+    const char* k = reinterpret_cast<const char*>(p.key_cache + base);
+    const char* v = reinterpret_cast<const char*>(p.value_cache + base);
+    for (long offset = 0; offset < block_bytes; offset += 64) {
+      _mm_prefetch(k + offset, _MM_HINT_T0);
+      _mm_prefetch(v + offset, _MM_HINT_T0);
+    }
+  };
+  for (int b = 0; b < kPrefetchBlocks; ++b) prefetch_block(b);
   for (int b = 0; b < num_blocks; ++b) {
+    prefetch_block(b + kPrefetchBlocks);
     const int32_t block_id = block_table[b];
     assert(block_id >= 0);
     const long base = block_id * block_stride + kv_head * head_stride;
