@@ -247,7 +247,7 @@ TEST(PagedAttention, BlockSizes) {
 
 TEST(PagedAttention, HeadDimsAndGqaRatios) {
   std::mt19937 rng(3);
-  for (int d : {8, 64, 128, 7}) {
+  for (int d : {8, 64, 128, 7, 160, 256}) {  // past 128: the AVX-512 wide paths
     for (int group : {1, 2, 4, 8}) {
       run_case({8, 2, group, d, 1.0f, {{20, 1}, {9, 4}, {12, 12}}}, rng);
       if (HasFailure()) return;
