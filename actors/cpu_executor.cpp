@@ -10,10 +10,19 @@
 
 namespace pagedserve::actors {
 
-CpuExecutor::CpuExecutor(model::LlamaWeights weights, int block_size, int num_device_blocks,
+CpuExecutor::CpuExecutor(const model::LlamaWeights& weights, int block_size, int num_device_blocks,
                          int num_cpu_blocks, int num_threads)
     : pool_(std::make_unique<kernels::ThreadPool>(num_threads)),
-      model_(std::move(weights), pool_.get()),
+      model_(weights, pool_.get()),
+      device_cache_(model_.config().num_hidden_layers, num_device_blocks, block_size,
+                    model_.config().num_key_value_heads, model_.config().head_dim),
+      cpu_cache_(model_.config().num_hidden_layers, num_cpu_blocks, block_size,
+                 model_.config().num_key_value_heads, model_.config().head_dim) {}
+
+CpuExecutor::CpuExecutor(const model::LlamaCheckpoint& checkpoint, int block_size,
+                         int num_device_blocks, int num_cpu_blocks, int num_threads)
+    : pool_(std::make_unique<kernels::ThreadPool>(num_threads)),
+      model_(checkpoint, pool_.get()),
       device_cache_(model_.config().num_hidden_layers, num_device_blocks, block_size,
                     model_.config().num_key_value_heads, model_.config().head_dim),
       cpu_cache_(model_.config().num_hidden_layers, num_cpu_blocks, block_size,

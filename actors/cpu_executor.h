@@ -15,7 +15,10 @@ namespace pagedserve::actors {
 class CpuExecutor final : public Executor {
  public:
   // num_threads: kernel threads including the executor's own (0: one per hardware thread).
-  CpuExecutor(model::LlamaWeights weights, int block_size, int num_device_blocks,
+  CpuExecutor(const model::LlamaWeights& weights, int block_size, int num_device_blocks,
+              int num_cpu_blocks, int num_threads = 1);
+  // Packs straight from the checkpoint (16-bit weights stay 16-bit); see LlamaModel.
+  CpuExecutor(const model::LlamaCheckpoint& checkpoint, int block_size, int num_device_blocks,
               int num_cpu_blocks, int num_threads = 1);
 
   StepOutput execute(const StepInput& input) override;

@@ -20,12 +20,170 @@ namespace {
 // The scheduler settings both devices share, from the resolved config.
 void set_up_scheduler(EngineSetup& setup, const std::vector<int>& model_eos) {
   const EngineConfig& config = setup.config;
+  SchedulerConfig& sched = setup.scheduler;
+  sched.preemption_mode = *config.preemption_mode;
+  sched.max_num_seqs = config.max_num_seqs;
+  sched.max_model_len = config.max_model_len;
+  sched.max_num_batched_tokens = config.max_num_batched_tokens;
+  sched.kv_allocator = config.kv_allocator;
+  sched.eos_token_ids.assign(model_eos.begin(), model_eos.end());
+  if (auto eos = setup.tokenizer->eos_token_id();
+      eos && std::find(sched.eos_token_ids.begin(), sched.eos_token_ids.end(), *eos) ==
+                 sched.eos_token_ids.end()) {
+    sched.eos_token_ids.push_back(*eos);
+  }
+}
+
+// --device sim: the tokenizer from model_dir, no weights; the pool from the profile.
+EngineSetup set_up_sim_engine(EngineSetup setup) {
+  EngineConfig& config = setup.config;
+  SimProfile profile = load_sim_profile(config.sim_profile);
+  setup.tokenizer =
+      std::make_shared<const model::Tokenizer>(model::Tokenizer::from_dir(config.model_dir));
+  profile.vocab_size = setup.tokenizer->vocab_size();
+  if (config.max_model_len <= 0) config.max_model_len = profile.max_model_len;
+  profile.max_model_len = config.max_model_len;
+  const int64_t block_bytes = profile.kv_bytes_per_token * config.block_size;
+  if (config.num_kv_blocks <= 0) {
+    config.num_kv_blocks =
+        static_cast<int>(std::min<int64_t>(profile.kv_cache_bytes / block_bytes, int64_t{1} << 30));
+  }
+  const int needed = (config.max_model_len + config.block_size - 1) / config.block_size;
+  if (config.num_kv_blocks < needed) {
+    throw std::invalid_argument(
+        "the sim profile's KV pool (" + std::to_string(config.num_kv_blocks) +
+        " blocks) cannot hold one max_model_len sequence (" + std::to_string(needed) + " blocks)");
+  }
+  const int num_cpu_blocks = static_cast<int>(config.swap_space_bytes / block_bytes);
+  config.preemption_mode = config.preemption_mode.value_or(
+      num_cpu_blocks > 0 ? PreemptionMode::kSwap : PreemptionMode::kRecompute);
+  if (config.preemption_mode == PreemptionMode::kSwap && num_cpu_blocks == 0) {
+    throw std::invalid_argument(
+        "--preemption-mode swap needs --swap-space (a CPU pool of at least one KV block)");
+  }
+  setup.blocks.block_size = config.block_size;
+  setup.blocks.num_device_blocks = config.num_kv_blocks;
+  setup.blocks.num_cpu_blocks = num_cpu_blocks;
+  setup.blocks.enable_prefix_caching = config.enable_prefix_caching;
+  set_up_scheduler(setup, {});
+  setup.executor = std::make_unique<SimExecutor>(std::move(profile), config.block_size,
+                                                 config.num_kv_blocks, num_cpu_blocks);
+  return setup;
+}
+
+// The weight and KV-cache dtype names the CUDA executor will use ("auto" resolved).
+std::string cuda_kv_dtype_name(const EngineConfig& config, const model::ModelConfig& mc) {
+  const std::string weights =
+      config.dtype != "auto" ? config.dtype
+                             : (mc.torch_dtype.empty() ? std::string("float32") : mc.torch_dtype);
+  return config.kv_cache_dtype != "auto" ? config.kv_cache_dtype : weights;
+}
+
+std::unique_ptr<Executor> make_cuda_executor(model::LlamaWeights weights,
+                                             const EngineConfig& config, int num_cpu_blocks) {
+#ifdef PAGEDSERVE_HAVE_CUDA
+  CudaExecutorOptions options;
+  options.block_size = config.block_size;
+  options.num_device_blocks = std::max(config.num_kv_blocks, 0);
+  options.num_cpu_blocks = num_cpu_blocks;
+  options.gpu_memory_utilization = config.gpu_memory_utilization;
+  options.weight_dtype = config.dtype;
+  options.kv_cache_dtype = config.kv_cache_dtype;
+  options.max_num_batched_tokens = config.max_num_batched_tokens;
+  options.max_num_seqs = config.max_num_seqs;
+  return std::make_unique<CudaExecutor>(std::move(weights), options);
+#else
+  (void)weights;
+  (void)config;
+  (void)num_cpu_blocks;
+  throw std::invalid_argument("--device cuda: this binary was built without CUDA");
+#endif
+}
+
+}  // namespace
+
+std::string resolve_device(const std::string& device) {
+  if (device == "cpu") return "cpu";
+#ifdef PAGEDSERVE_HAVE_CUDA
+  const int devices = cuda_device_count();
+#else
+  const int devices = 0;
+#endif
+  if (device == "auto") return devices > 0 ? "cuda" : "cpu";
+  if (device == "cuda") {
+#ifndef PAGEDSERVE_HAVE_CUDA
+    throw std::invalid_argument(
+        "--device cuda: this binary was built without CUDA "
+        "(configure with -DPAGEDSERVE_CUDA=ON where nvcc exists)");
+#endif
+    if (devices == 0) {
+      throw std::invalid_argument("--device cuda: no CUDA device is visible to this process");
+    }
+    return "cuda";
+  }
+  throw std::invalid_argument("--device must be cpu, cuda, auto or sim, got '" + device + "'");
+}
+
+EngineSetup set_up_engine(const EngineConfig& config_in) {
+  EngineSetup setup;
+  EngineConfig& config = setup.config;
+  config = config_in;
+  if (config.block_size < 1 || config.block_size > 256) {
+    throw std::invalid_argument("--block-size must be in [1, 256], got " +
+                                std::to_string(config.block_size));
+  }
+  if (config.max_num_seqs < 1) throw std::invalid_argument("--max-num-seqs must be at least 1");
+  if (config.device == "sim") return set_up_sim_engine(std::move(setup));
+  config.device = resolve_device(config.device);
+  const bool cuda = config.device == "cuda";
+
+  // The CPU executor packs straight from the mapped checkpoint (16-bit weights stay 16-bit);
+  // the CUDA one takes float weights and converts them on the device.
+  const model::LlamaCheckpoint checkpoint = model::open_llama_checkpoint(config.model_dir);
+  setup.tokenizer =
+      std::make_shared<const model::Tokenizer>(model::Tokenizer::from_dir(config.model_dir));
+  const model::ModelConfig& mc = checkpoint.config;
+  if (config.max_model_len <= 0) config.max_model_len = mc.max_position_embeddings;
+
+  cache::KvCacheShape shape;
+  shape.num_layers = mc.num_hidden_layers;
+  shape.num_kv_heads = mc.num_key_value_heads;
+  shape.head_dim = mc.head_dim;
+  shape.dtype_bytes = sizeof(float);
+  shape.block_size = config.block_size;
+  if (cuda) shape.dtype_bytes = cache::kv_dtype_bytes(cuda_kv_dtype_name(config, mc));
+  if (config.num_kv_blocks <= 0 && !cuda) {
+    const int from_memory = cache::num_blocks_for_memory(shape, config.kv_cache_memory_bytes);
+    // More blocks than every sequence at full length could use is wasted memory.
+    const int64_t useful = int64_t{config.max_num_seqs} *
+                           ((config.max_model_len + config.block_size - 1) / config.block_size);
+    config.num_kv_blocks = static_cast<int>(std::min<int64_t>(from_memory, useful));
+  }
+  const int num_cpu_blocks = cache::num_blocks_for_memory(shape, config.swap_space_bytes);
+  if (cuda) {
+    setup.executor =
+        make_cuda_executor(model::load_llama_weights(config.model_dir), config, num_cpu_blocks);
+    config.num_kv_blocks = setup.executor->num_device_blocks();
+  }
+  cache::check_max_model_len_fits(shape, config.num_kv_blocks, config.max_model_len);
+
+  config.preemption_mode = config.preemption_mode.value_or(
+      num_cpu_blocks > 0 ? PreemptionMode::kSwap : PreemptionMode::kRecompute);
+  if (config.preemption_mode == PreemptionMode::kSwap && num_cpu_blocks == 0) {
+    throw std::invalid_argument(
+        "--preemption-mode swap needs --swap-space (a CPU pool of at least one KV block)");
+  }
+
+  setup.blocks.block_size = config.block_size;
+  setup.blocks.num_device_blocks = config.num_kv_blocks;
+  setup.blocks.num_cpu_blocks = num_cpu_blocks;
+  setup.blocks.enable_prefix_caching = config.enable_prefix_caching;
+
   set_up_scheduler(setup, mc.eos_token_ids);
 
   if (!cuda) {
-    setup.executor =
-        std::make_unique<CpuExecutor>(std::move(weights), config.block_size, config.num_kv_blocks,
-                                      num_cpu_blocks, config.num_threads);
+    setup.executor = std::make_unique<CpuExecutor>(
+        checkpoint, config.block_size, config.num_kv_blocks, num_cpu_blocks, config.num_threads);
   }
   return setup;
 }

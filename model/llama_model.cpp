@@ -47,16 +47,116 @@ void ForwardBatch::add_sequence(const std::vector<int32_t>& new_tokens, int num_
   block_tables.resize(static_cast<size_t>(num_seqs()) * max_blocks_per_seq, 0);
 }
 
-LlamaModel::LlamaModel(LlamaWeights weights, kernels::ThreadPool* pool)
-    : weights_(std::move(weights)), pool_(pool) {}
+namespace {
+
+kernels::WeightDtype weight_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::F16:
+      return kernels::WeightDtype::kF16;
+    case DType::BF16:
+      return kernels::WeightDtype::kBF16;
+    case DType::F32:
+      break;
+  }
+  return kernels::WeightDtype::kF32;
+}
+
+// Packs float32 matrices of equal width stacked by rows (e.g. q, k and v: one matmul).
+kernels::PackedWeight pack_stacked(std::initializer_list<const std::vector<float>*> parts,
+                                   int cols) {
+  std::vector<float> stacked;
+  for (const std::vector<float>* part : parts)
+    stacked.insert(stacked.end(), part->begin(), part->end());
+  const int rows = static_cast<int>(stacked.size() / static_cast<size_t>(cols));
+  return kernels::PackedWeight::pack(stacked.data(), kernels::WeightDtype::kF32, rows, cols);
+}
+
+// The same from checkpoint views, in their own dtype. Views of different dtypes are widened to
+// float32 (a checkpoint mixing dtypes within one layer is legal, if unusual).
+kernels::PackedWeight pack_stacked(std::initializer_list<const TensorView*> parts) {
+  const TensorView& first = **parts.begin();
+  const int cols = static_cast<int>(first.shape[1]);
+  bool same_dtype = true;
+  int rows = 0;
+  for (const TensorView* part : parts) {
+    same_dtype = same_dtype && part->dtype == first.dtype;
+    rows += static_cast<int>(part->shape[0]);
+  }
+  if (parts.size() == 1 && same_dtype) {
+    return kernels::PackedWeight::pack(first.data, weight_dtype(first.dtype), rows, cols);
+  }
+  if (!same_dtype) {
+    std::vector<float> stacked;
+    for (const TensorView* part : parts) {
+      const std::vector<float> values = to_f32(*part);
+      stacked.insert(stacked.end(), values.begin(), values.end());
+    }
+    return kernels::PackedWeight::pack(stacked.data(), kernels::WeightDtype::kF32, rows, cols);
+  }
+  std::vector<std::byte> stacked;
+  for (const TensorView* part : parts)
+    stacked.insert(stacked.end(), part->data, part->data + part->num_bytes);
+  return kernels::PackedWeight::pack(stacked.data(), weight_dtype(first.dtype), rows, cols);
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(const LlamaWeights& w, kernels::ThreadPool* pool, kernels::Isa isa)
+    : config_(w.config),
+      embed_tokens_(w.embed_tokens),
+      final_norm_(w.final_norm),
+      pool_(pool),
+      isa_(isa) {
+  const int hidden = config_.hidden_size;
+  for (const LlamaLayerWeights& lw : w.layers) {
+    Layer& layer = layers_.emplace_back();
+    layer.input_norm = lw.input_norm;
+    layer.post_norm = lw.post_norm;
+    layer.wqkv = pack_stacked({&lw.wq, &lw.wk, &lw.wv}, hidden);
+    layer.wo = pack_stacked({&lw.wo}, config_.num_attention_heads * config_.head_dim);
+    layer.w_gate_up = pack_stacked({&lw.w_gate, &lw.w_up}, hidden);
+    layer.w_down = pack_stacked({&lw.w_down}, config_.intermediate_size);
+  }
+  lm_head_ = pack_stacked({&w.output_projection()}, hidden);
+}
+
+LlamaModel::LlamaModel(const LlamaCheckpoint& checkpoint, kernels::ThreadPool* pool,
+                       kernels::Isa isa)
+    : config_(checkpoint.config),
+      embed_tokens_(to_f32(*checkpoint.embed_tokens)),
+      final_norm_(to_f32(*checkpoint.final_norm)),
+      pool_(pool),
+      isa_(isa) {
+  for (const LlamaLayerTensors& t : checkpoint.layers) {
+    Layer& layer = layers_.emplace_back();
+    layer.input_norm = to_f32(*t.input_norm);
+    layer.post_norm = to_f32(*t.post_norm);
+    layer.wqkv = pack_stacked({t.wq, t.wk, t.wv});
+    layer.wo = pack_stacked({t.wo});
+    layer.w_gate_up = pack_stacked({t.w_gate, t.w_up});
+    layer.w_down = pack_stacked({t.w_down});
+  }
+  lm_head_ = pack_stacked({&checkpoint.output_projection()});
+}
+
+size_t LlamaModel::weight_bytes_per_step() const {
+  size_t bytes = lm_head_.weight_bytes() + final_norm_.size() * sizeof(float);
+  for (const Layer& layer : layers_) {
+    bytes += layer.wqkv.weight_bytes() + layer.wo.weight_bytes() + layer.w_gate_up.weight_bytes() +
+             layer.w_down.weight_bytes() +
+             (layer.input_norm.size() + layer.post_norm.size()) * sizeof(float);
+  }
+  return bytes;
+}
 
 std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& cache) const {
-  const ModelConfig& c = weights_.config;
+  const ModelConfig& c = config_;
   const int num_tokens = batch.num_tokens();
   const int hidden = c.hidden_size;
   const int head_dim = c.head_dim;
   const int q_width = c.num_attention_heads * head_dim;
   const int kv_width = c.num_key_value_heads * head_dim;
+  const int qkv_width = q_width + 2 * kv_width;
   const int ffn = c.intermediate_size;
   if (cache.num_layers() != c.num_hidden_layers) {
     throw std::logic_error("LlamaModel::forward: KV cache has the wrong number of layers");
@@ -69,17 +169,18 @@ std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& 
       throw std::out_of_range("token id " + std::to_string(id) + " outside the vocabulary of " +
                               std::to_string(c.vocab_size));
     }
-    std::copy_n(weights_.embed_tokens.begin() + static_cast<size_t>(id) * hidden, hidden,
+    std::copy_n(embed_tokens_.begin() + static_cast<size_t>(id) * hidden, hidden,
                 x.begin() + static_cast<size_t>(t) * hidden);
   }
 
   std::vector<float> h(x.size());
+  std::vector<float> qkv(static_cast<size_t>(num_tokens) * qkv_width);
   std::vector<float> q(static_cast<size_t>(num_tokens) * q_width);
   std::vector<float> k(static_cast<size_t>(num_tokens) * kv_width);
   std::vector<float> v(static_cast<size_t>(num_tokens) * kv_width);
   std::vector<float> attn(q.size());
-  std::vector<float> gate(static_cast<size_t>(num_tokens) * ffn);
-  std::vector<float> up(gate.size());
+  std::vector<float> gate_up(static_cast<size_t>(num_tokens) * 2 * ffn);
+  std::vector<float> act(static_cast<size_t>(num_tokens) * ffn);
   std::vector<float> proj(x.size());
 
   kernels::PagedAttentionParams attention;
@@ -96,28 +197,42 @@ std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& 
   attention.block_size = cache.block_size();
   attention.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
 
+  if (!layers_.empty()) {
+    kernels::rms_norm(x.data(), layers_[0].input_norm.data(), h.data(), num_tokens, hidden,
+                      c.rms_norm_eps);
+  }
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const LlamaLayerWeights& w = weights_.layers[l];
-    kernels::rms_norm(x.data(), w.input_norm.data(), h.data(), num_tokens, hidden, c.rms_norm_eps);
-    kernels::matmul_nt(h.data(), w.wq.data(), q.data(), num_tokens, q_width, hidden, pool_);
-    kernels::matmul_nt(h.data(), w.wk.data(), k.data(), num_tokens, kv_width, hidden, pool_);
-    kernels::matmul_nt(h.data(), w.wv.data(), v.data(), num_tokens, kv_width, hidden, pool_);
+    const Layer& w = layers_[l];
+    kernels::matmul_packed(h.data(), w.wqkv, qkv.data(), num_tokens, pool_, isa_);
+    // Split the stacked projection into the contiguous q, k and v the kernels below expect.
+    for (int t = 0; t < num_tokens; ++t) {
+      const float* row = qkv.data() + static_cast<size_t>(t) * qkv_width;
+      std::copy_n(row, q_width, q.begin() + static_cast<size_t>(t) * q_width);
+      std::copy_n(row + q_width, kv_width, k.begin() + static_cast<size_t>(t) * kv_width);
+      std::copy_n(row + q_width + kv_width, kv_width,
+                  v.begin() + static_cast<size_t>(t) * kv_width);
+    }
     kernels::rope_rotate_half(q.data(), k.data(), batch.positions.data(), num_tokens,
                               c.num_attention_heads, c.num_key_value_heads, head_dim, c.rope_theta);
     const kernels::KvCacheView layer_cache = cache.layer(l);
     kernels::write_kv(k.data(), v.data(), batch.slot_mapping.data(), num_tokens, layer_cache);
     attention.key_cache = layer_cache.key;
     attention.value_cache = layer_cache.value;
-    kernels::paged_attention(attention, pool_);
-    kernels::matmul_nt(attn.data(), w.wo.data(), proj.data(), num_tokens, hidden, q_width, pool_);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+    kernels::paged_attention(attention, pool_, isa_);
+    kernels::matmul_packed(attn.data(), w.wo, proj.data(), num_tokens, pool_, isa_);
+    kernels::add_rms_norm(x.data(), proj.data(), w.post_norm.data(), h.data(), num_tokens, hidden,
+                          c.rms_norm_eps);
 
-    kernels::rms_norm(x.data(), w.post_norm.data(), h.data(), num_tokens, hidden, c.rms_norm_eps);
-    kernels::matmul_nt(h.data(), w.w_gate.data(), gate.data(), num_tokens, ffn, hidden, pool_);
-    kernels::matmul_nt(h.data(), w.w_up.data(), up.data(), num_tokens, ffn, hidden, pool_);
-    kernels::silu_and_mul(gate.data(), up.data(), gate.data(), static_cast<int64_t>(gate.size()));
-    kernels::matmul_nt(gate.data(), w.w_down.data(), proj.data(), num_tokens, hidden, ffn, pool_);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+    kernels::matmul_packed(h.data(), w.w_gate_up, gate_up.data(), num_tokens, pool_, isa_);
+    kernels::silu_and_mul_stacked(gate_up.data(), act.data(), num_tokens, ffn);
+    kernels::matmul_packed(act.data(), w.w_down, proj.data(), num_tokens, pool_, isa_);
+    if (l + 1 < c.num_hidden_layers) {
+      // The residual add fused with the next layer's input norm.
+      kernels::add_rms_norm(x.data(), proj.data(), layers_[l + 1].input_norm.data(), h.data(),
+                            num_tokens, hidden, c.rms_norm_eps);
+    } else {
+      for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+    }
   }
 
   // Only the rows that produce logits go through the final norm and the (large) LM head.
@@ -127,11 +242,10 @@ std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& 
     std::copy_n(x.begin() + static_cast<size_t>(batch.logits_indices[r]) * hidden, hidden,
                 selected.begin() + static_cast<size_t>(r) * hidden);
   }
-  kernels::rms_norm(selected.data(), weights_.final_norm.data(), selected.data(), num_out, hidden,
+  kernels::rms_norm(selected.data(), final_norm_.data(), selected.data(), num_out, hidden,
                     c.rms_norm_eps);
   std::vector<float> logits(static_cast<size_t>(num_out) * c.vocab_size);
-  kernels::matmul_nt(selected.data(), weights_.output_projection().data(), logits.data(), num_out,
-                     c.vocab_size, hidden, pool_);
+  kernels::matmul_packed(selected.data(), lm_head_, logits.data(), num_out, pool_, isa_);
   return logits;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/packed_matmul.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/loader/llama_weights.h"
 #include "model/paged_kv_cache.h"
@@ -36,18 +37,44 @@ struct ForwardBatch {
 
 class LlamaModel {
  public:
-  // pool (not owned, may be null) splits the matmuls and attention across threads.
-  explicit LlamaModel(LlamaWeights weights, kernels::ThreadPool* pool = nullptr);
+  // Packs float32 weights (tests and tools that build weights in memory). pool (not owned, may
+  // be null) splits the matmuls and attention across threads; isa picks the kernels' paths.
+  explicit LlamaModel(const LlamaWeights& weights, kernels::ThreadPool* pool = nullptr,
+                      kernels::Isa isa = kernels::best_isa());
+  // Packs straight from the checkpoint's views, keeping F16 and BF16 matrices 16-bit in memory
+  // (widened in registers by the kernels), so decode reads half the bytes of float32.
+  explicit LlamaModel(const LlamaCheckpoint& checkpoint, kernels::ThreadPool* pool = nullptr,
+                      kernels::Isa isa = kernels::best_isa());
 
-  const ModelConfig& config() const { return weights_.config; }
+  const ModelConfig& config() const { return config_; }
+  kernels::Isa isa() const { return isa_; }
+  // Bytes of the matrices and norms one forward pass reads in full (every layer and the LM
+  // head), the weight traffic of a decode step; the embedding rows read are not included.
+  size_t weight_bytes_per_step() const;
 
   // Runs the batch, writing its new K/V into `cache`, and returns the logits of the rows in
-  // batch.logits_indices: [logits_indices.size(), vocab_size].
+  // batch.logits_indices: [logits_indices.size(), vocab_size]. A row's values depend only on
+  // its own sequence, never on the rest of the batch or the thread count (see
+  // kernels/cpu/packed_matmul.h).
   std::vector<float> forward(const ForwardBatch& batch, PagedKvCache& cache) const;
 
  private:
-  LlamaWeights weights_;
+  struct Layer {
+    std::vector<float> input_norm;    // [hidden]
+    std::vector<float> post_norm;     // [hidden]
+    kernels::PackedWeight wqkv;       // q, k and v projections stacked: [q + 2 kv, hidden]
+    kernels::PackedWeight wo;         // [hidden, q]
+    kernels::PackedWeight w_gate_up;  // gate and up stacked: [2 ffn, hidden]
+    kernels::PackedWeight w_down;     // [hidden, ffn]
+  };
+
+  ModelConfig config_;
+  std::vector<float> embed_tokens_;  // [vocab, hidden], float32 (only B rows read per step)
+  std::vector<Layer> layers_;
+  std::vector<float> final_norm_;  // [hidden]
+  kernels::PackedWeight lm_head_;  // [vocab, hidden]
   kernels::ThreadPool* pool_;
+  kernels::Isa isa_;
 };
 
 }  // namespace pagedserve::model

@@ -23,7 +23,9 @@ const char* const kThroughputHelp =
     "  --prompt-tokens P   prompt length of each request (default 128)\n"
     "  --output-tokens O   tokens generated per request, EOS ignored (default 128)\n"
     "  --seed S            seed of the synthetic prompts (default 0)\n"
-    "  --json              one JSON object instead of the table\n";
+    "  --json              one JSON object instead of the table\n"
+    "With --batch B: prefill and decode speed against this machine's bandwidth and FMA peak\n"
+    "(see `pagedserve bench throughput --batch 1 --help`).\n";
 
 std::vector<int32_t> synthetic_prompt(const model::Tokenizer& tokenizer, int length,
                                       std::mt19937& rng) {
@@ -39,6 +41,10 @@ std::vector<int32_t> synthetic_prompt(const model::Tokenizer& tokenizer, int len
 }  // namespace
 
 int run_bench_throughput(const std::vector<std::string>& args) {
+  // --batch selects the per-phase roofline benchmark (tools/bench_phases.cpp).
+  for (const std::string& arg : args) {
+    if (arg == "--batch" || arg.rfind("--batch=", 0) == 0) return run_bench_phases(args);
+  }
   std::set<std::string> value_flags = kEngineValueFlags;
   value_flags.insert({"num-requests", "prompt-tokens", "output-tokens", "seed"});
   std::set<std::string> bool_flags = kEngineBoolFlags;

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/isa.h"
+
 namespace pagedserve::kernels {
 
 class ThreadPool;  // kernels/cpu/thread_pool.h; kernels taking one split their work over it
@@ -13,6 +15,12 @@ class ThreadPool;  // kernels/cpu/thread_pool.h; kernels taking one split their 
 // x, out: [num_rows, hidden]; weight: [hidden]. out may alias x.
 void rms_norm(const float* x, const float* weight, float* out, int num_rows, int hidden, float eps);
 
+// Fused residual add and RMSNorm, one pass over the residual stream:
+// x[r, :] += delta[r, :], then out[r, :] = rms_norm(x[r, :]) * weight[:].
+// x, delta, out: [num_rows, hidden]; out must not alias x or delta.
+void add_rms_norm(float* x, const float* delta, const float* weight, float* out, int num_rows,
+                  int hidden, float eps);
+
 // Rotary embedding in Hugging Face's rotate-half layout, applied in place.
 // For each head, pairs (i, i + head_dim/2) rotate by angle pos * theta^(-2i/head_dim).
 // q: [num_tokens, num_heads, head_dim]; k: [num_tokens, num_kv_heads, head_dim];
@@ -20,7 +28,8 @@ void rms_norm(const float* x, const float* weight, float* out, int num_rows, int
 void rope_rotate_half(float* q, float* k, const int32_t* positions, int num_tokens, int num_heads,
                       int num_kv_heads, int head_dim, float theta);
 
-// out = x * w^T, the layout of a Hugging Face Linear layer.
+// out = x * w^T, the layout of a Hugging Face Linear layer, on unpacked float32 weights (for
+// weights used once; the executor's layers use matmul_packed in packed_matmul.h).
 // x: [m, k]; w: [n, k]; out: [m, n]. With a pool, rows of w (columns of out) are split across
 // threads, so each weight is still read once per call.
 void matmul_nt(const float* x, const float* w, float* out, int m, int n, int k,
@@ -28,6 +37,11 @@ void matmul_nt(const float* x, const float* w, float* out, int m, int n, int k,
 
 // out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). out may alias gate or up.
 void silu_and_mul(const float* gate, const float* up, float* out, int64_t n);
+
+// The gated activation over a stacked gate/up projection, one pass:
+// out[r, i] = silu(gate_up[r, i]) * gate_up[r, ffn + i]. gate_up: [num_rows, 2 ffn];
+// out: [num_rows, ffn], not aliasing gate_up.
+void silu_and_mul_stacked(const float* gate_up, float* out, int num_rows, int ffn);
 
 // One layer's paged KV cache. Block b holds block_size consecutive token positions of one
 // sequence; token slot s lives in block s / block_size at offset s % block_size.
@@ -68,7 +82,26 @@ struct PagedAttentionParams {
   int block_size = 0;
   float scale = 1.0f;  // usually 1 / sqrt(head_dim)
 };
-// With a pool, (query token, head) pairs are split across threads.
-void paged_attention(const PagedAttentionParams& params, ThreadPool* pool = nullptr);
+// With a pool, (query token, KV head) pairs are split across threads, so a single decode token
+// still uses every thread. Each (token, head) is computed by one thread in an order fixed by its
+// own sequence (block by block), so results do not depend on the rest of the batch or the split.
+// isa picks the inner loops (AVX-512, or the portable ones for anything else).
+void paged_attention(const PagedAttentionParams& params, ThreadPool* pool = nullptr,
+                     Isa isa = best_isa());
+
+namespace detail {
+// Attention of num_queries consecutive query tokens of one sequence (at positions first_pos,
+// first_pos + 1, ...) for the query heads [first_head, first_head + num_heads), all reading KV
+// head kv_head, over the sequence's blocks (block_table: its row). q and out point at the first
+// token's first head; heads follow contiguously, tokens are num_heads * head_dim (of params)
+// apart. Each (token, head) result is what that token alone would get.
+void attend_heads_portable(const PagedAttentionParams& p, const float* q,
+                           const int32_t* block_table, int first_pos, int num_queries, int kv_head,
+                           int num_heads, float* out);
+void attend_heads_avx512(const PagedAttentionParams& p, const float* q, const int32_t* block_table,
+                         int first_pos, int num_queries, int kv_head, int num_heads, float* out);
+// Query tokens per task of paged_attention: a tile shares each block's K/V loads.
+constexpr int kAttentionQueryTile = 8;
+}  // namespace detail
 
 }  // namespace pagedserve::kernels

@@ -29,4 +29,33 @@ void rms_norm(const float* x, const float* weight, float* out, int num_rows, int
   }
 }
 
+void add_rms_norm(float* x, const float* delta, const float* weight, float* out, int num_rows,
+                  int hidden, float eps) {
+  assert(x != nullptr && delta != nullptr && weight != nullptr && out != nullptr);
+  assert(num_rows >= 0 && hidden > 0 && eps >= 0.0f);
+  constexpr int kLanes = 8;
+  for (long r = 0; r < num_rows; ++r) {
+    float* row = x + r * hidden;
+    const float* d = delta + r * hidden;
+    float lanes[kLanes] = {};
+    const int h_vec = hidden - hidden % kLanes;
+    for (int i = 0; i < h_vec; i += kLanes) {
+      for (int l = 0; l < kLanes; ++l) {
+        const float v = row[i + l] + d[i + l];
+        row[i + l] = v;
+        lanes[l] += v * v;
+      }
+    }
+    float sum_sq = 0.0f;
+    for (int l = 0; l < kLanes; ++l) sum_sq += lanes[l];
+    for (int i = h_vec; i < hidden; ++i) {
+      row[i] += d[i];
+      sum_sq += row[i] * row[i];
+    }
+    const float inv_rms = 1.0f / std::sqrt(sum_sq / static_cast<float>(hidden) + eps);
+    float* out_row = out + r * hidden;
+    for (int i = 0; i < hidden; ++i) out_row[i] = row[i] * inv_rms * weight[i];
+  }
+}
+
 }  // namespace pagedserve::kernels

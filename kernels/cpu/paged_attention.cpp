@@ -78,13 +78,32 @@ void attend_one(const PagedAttentionParams& p, const float* q, const int32_t* bl
 
 }  // namespace
 
-void paged_attention(const PagedAttentionParams& p, ThreadPool* pool) {
+namespace detail {
+
+void attend_heads_portable(const PagedAttentionParams& p, const float* q,
+                           const int32_t* block_table, int first_pos, int num_queries, int kv_head,
+                           int num_heads, float* out) {
+  const long token_stride = static_cast<long>(p.num_heads) * p.head_dim;
+  for (int t = 0; t < num_queries; ++t) {
+    for (int h = 0; h < num_heads; ++h) {
+      const long offset = t * token_stride + static_cast<long>(h) * p.head_dim;
+      attend_one(p, q + offset, block_table, first_pos + t, kv_head, out + offset);
+    }
+  }
+}
+
+}  // namespace detail
+
+void paged_attention(const PagedAttentionParams& p, ThreadPool* pool, Isa isa) {
   assert(p.query != nullptr && p.out != nullptr && p.query != p.out);
   assert(p.key_cache != nullptr && p.value_cache != nullptr);
   assert(p.query_start_loc != nullptr && p.seq_lens != nullptr && p.block_tables != nullptr);
   assert(p.num_seqs >= 0 && p.head_dim > 0);
   assert(p.block_size >= 1 && p.block_size <= kMaxBlockSize);
   assert(p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0);
+  assert(isa_supported(isa));
+  const auto attend =
+      isa == Isa::kAvx512 ? detail::attend_heads_avx512 : detail::attend_heads_portable;
   const int group = p.num_heads / p.num_kv_heads;
   const long token_stride = static_cast<long>(p.num_heads) * p.head_dim;
   const int num_tokens = p.query_start_loc[p.num_seqs];
@@ -95,19 +114,25 @@ void paged_attention(const PagedAttentionParams& p, ThreadPool* pool) {
     assert((p.seq_lens[s] + p.block_size - 1) / p.block_size <= p.max_blocks_per_seq);
     flops += 4.0 * q_len * p.seq_lens[s] * p.num_heads * p.head_dim;
   }
-  // One task per query token (all its heads): later prefill tokens cost more, and the pool
-  // hands tasks out one at a time, which balances that.
-  parallel_for(pool, num_tokens, flops, [&](int64_t token) {
+  // One task per (tile of up to kAttentionQueryTile query tokens of one sequence, KV head): a
+  // decode token still spreads over every thread (one task per KV head), a prefill tile shares
+  // each block's K/V loads, and the pool hands tasks out one at a time, which balances long and
+  // short contexts. Tasks are indexed by (token, KV head); only a tile's first token does work.
+  parallel_for(pool, int64_t{num_tokens} * p.num_kv_heads, flops, [&](int64_t task) {
+    const int64_t token = task / p.num_kv_heads;
+    const int kv_head = static_cast<int>(task % p.num_kv_heads);
     const int32_t* next_start =
         std::upper_bound(p.query_start_loc, p.query_start_loc + p.num_seqs + 1, token);
     const int s = static_cast<int>(next_start - p.query_start_loc) - 1;
+    const int index_in_seq = static_cast<int>(token - p.query_start_loc[s]);
+    if (index_in_seq % detail::kAttentionQueryTile != 0) return;
     const int q_len = p.query_start_loc[s + 1] - p.query_start_loc[s];
-    const int pos = p.seq_lens[s] - q_len + static_cast<int>(token - p.query_start_loc[s]);
+    const int num_queries = std::min(detail::kAttentionQueryTile, q_len - index_in_seq);
+    const int first_pos = p.seq_lens[s] - q_len + index_in_seq;
     const int32_t* block_table = p.block_tables + static_cast<long>(s) * p.max_blocks_per_seq;
-    for (int h = 0; h < p.num_heads; ++h) {
-      const long offset = token * token_stride + static_cast<long>(h) * p.head_dim;
-      attend_one(p, p.query + offset, block_table, pos, h / group, p.out + offset);
-    }
+    const long offset = token * token_stride + static_cast<long>(kv_head) * group * p.head_dim;
+    attend(p, p.query + offset, block_table, first_pos, num_queries, kv_head, group,
+           p.out + offset);
   });
 }
 

@@ -1,10 +1,55 @@
-// ThreadPool: a generation counter tells sleeping workers a new parallel_for has started;
-// tasks are claimed with one atomic counter; the last worker to finish wakes the caller.
+// ThreadPool: tasks are claimed with a CAS on one word that also names the call (see
+// thread_pool.h); both sides spin briefly before blocking, so back-to-back calls inside one
+// forward pass never sleep, and the caller runs tasks itself, so a call completes even if no
+// worker is scheduled in time.
 #include "kernels/cpu/thread_pool.h"
 
 #include <algorithm>
+#include <cassert>
+#include <chrono>
 
 namespace pagedserve::kernels {
+namespace {
+
+constexpr int kIndexBits = 20;
+constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
+constexpr int64_t kMaxTasks = int64_t{1} << kIndexBits;  // bigger calls are chunked
+constexpr int kGenerationShift = 2 * kIndexBits;
+constexpr uint64_t kGenerationMask = (uint64_t{1} << (64 - kGenerationShift)) - 1;
+
+uint64_t generation_of(uint64_t state) { return state >> kGenerationShift; }
+int64_t num_tasks_of(uint64_t state) {
+  return static_cast<int64_t>((state >> kIndexBits) & kIndexMask);
+}
+int64_t next_index_of(uint64_t state) { return static_cast<int64_t>(state & kIndexMask); }
+
+// How long a worker (or the waiting caller) spins before it blocks. Long enough to bridge the
+// gaps between the kernels of one forward pass, short enough not to burn a core between steps.
+constexpr auto kSpinTime = std::chrono::microseconds(200);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Spins until done() or kSpinTime passes; returns done().
+template <typename Done>
+bool spin_until(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return done();
+  }
+}
+
+}  // namespace
+
 ThreadPool::ThreadPool(int num_threads, double min_parallel_flops)
     : min_parallel_flops_(min_parallel_flops) {
   if (num_threads <= 0)
@@ -15,35 +60,50 @@ ThreadPool::ThreadPool(int num_threads, double min_parallel_flops)
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
+    stopping_.store(true, std::memory_order_release);
   }
   work_ready_.notify_all();
   for (std::thread& t : workers_) t.join();
 }
 
-void ThreadPool::run_tasks() {
-  const std::function<void(int64_t)>* task;
-  int64_t num_tasks;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    task = task_;
-    num_tasks = num_tasks_;
+void ThreadPool::run_claims(uint64_t generation, const std::function<void(int64_t)>& task) {
+  uint64_t state = state_.load(std::memory_order_acquire);
+  for (;;) {
+    if (generation_of(state) != generation) return;
+    const int64_t index = next_index_of(state);
+    const int64_t num_tasks = num_tasks_of(state);
+    if (index >= num_tasks) return;
+    if (!state_.compare_exchange_weak(state, state + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+      continue;  // state was reloaded
+    }
+    task(index);
+    if (completed_.fetch_add(1, std::memory_order_acq_rel) + 1 == num_tasks) {
+      // The caller may be asleep; taking the mutex orders this notify after its predicate check.
+      std::lock_guard<std::mutex> lock(mutex_);
+      work_done_.notify_one();
+    }
+    state = state_.load(std::memory_order_acquire);
   }
-  for (int64_t i = next_task_.fetch_add(1); i < num_tasks; i = next_task_.fetch_add(1)) (*task)(i);
 }
 
 void ThreadPool::worker_loop() {
-  uint64_t seen_generation = 0;
+  uint64_t seen = 0;
   for (;;) {
-    {
+    const auto woken = [&] {
+      return stopping_.load(std::memory_order_acquire) ||
+             generation_of(state_.load(std::memory_order_acquire)) != seen;
+    };
+    if (!spin_until(woken)) {
       std::unique_lock<std::mutex> lock(mutex_);
-      work_ready_.wait(lock, [&] { return stopping_ || generation_ != seen_generation; });
-      if (stopping_) return;
-      seen_generation = generation_;
+      work_ready_.wait(lock, woken);
     }
-    run_tasks();
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (--busy_workers_ == 0) work_done_.notify_one();
+    if (stopping_.load(std::memory_order_acquire)) return;
+    seen = generation_of(state_.load(std::memory_order_acquire));
+    // Read after seeing the generation: this call's function, or a later one's, in which case
+    // every claim below fails (the later call starts only once this one's tasks are all claimed).
+    const std::function<void(int64_t)>* task = task_.load(std::memory_order_acquire);
+    if (task != nullptr) run_claims(seen, *task);
   }
 }
 
@@ -53,19 +113,31 @@ void ThreadPool::parallel_for(int64_t num_tasks, const std::function<void(int64_
     for (int64_t i = 0; i < num_tasks; ++i) task(i);
     return;
   }
+  if (num_tasks >= kMaxTasks) {  // too many for the state word: run ranges of tasks instead
+    const int64_t per_chunk = (num_tasks + kMaxTasks - 2) / (kMaxTasks - 1);
+    parallel_for((num_tasks + per_chunk - 1) / per_chunk, [&](int64_t chunk) {
+      const int64_t end = std::min(num_tasks, (chunk + 1) * per_chunk);
+      for (int64_t i = chunk * per_chunk; i < end; ++i) task(i);
+    });
+    return;
+  }
+  generation_ = (generation_ + 1) & kGenerationMask;
+  if (generation_ == 0) generation_ = 1;  // 0 is the idle state workers start from
+  task_.store(&task, std::memory_order_release);
+  completed_.store(0, std::memory_order_relaxed);
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    task_ = &task;
-    num_tasks_ = num_tasks;
-    next_task_.store(0);
-    busy_workers_ = static_cast<int>(workers_.size());
-    ++generation_;
+    std::lock_guard<std::mutex> lock(mutex_);  // a worker about to sleep cannot miss this
+    state_.store(
+        (generation_ << kGenerationShift) | (static_cast<uint64_t>(num_tasks) << kIndexBits),
+        std::memory_order_release);
   }
   work_ready_.notify_all();
-  run_tasks();
-  std::unique_lock<std::mutex> lock(mutex_);
-  work_done_.wait(lock, [&] { return busy_workers_ == 0; });
-  task_ = nullptr;
+  run_claims(generation_, task);
+  const auto all_done = [&] { return completed_.load(std::memory_order_acquire) == num_tasks; };
+  if (!spin_until(all_done)) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    work_done_.wait(lock, all_done);
+  }
 }
 
 void parallel_for(ThreadPool* pool, int64_t num_tasks, double estimated_flops,

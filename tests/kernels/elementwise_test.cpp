@@ -128,3 +128,50 @@ TEST(SiluAndMul, MatchesReferenceIncludingAliasing) {
 
 }  // namespace
 }  // namespace pagedserve::kernels
+
+namespace pagedserve::kernels {
+namespace {
+
+TEST(AddRmsNorm, UpdatesTheResidualAndNormalisesTheSum) {
+  std::mt19937 rng(21);
+  for (int hidden : {1, 7, 8, 64, 768, 1001}) {
+    SCOPED_TRACE(::testing::Message() << "hidden=" << hidden);
+    const int rows = 3;
+    auto x = random_floats(rng, static_cast<size_t>(rows) * hidden, -3.0f, 3.0f);
+    const auto delta = random_floats(rng, x.size(), -3.0f, 3.0f);
+    const auto weight = random_floats(rng, hidden, 0.5f, 1.5f);
+    std::vector<double> sum_expected(x.size());
+    std::vector<float> sum_as_float(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      sum_expected[i] = static_cast<double>(x[i]) + delta[i];
+      sum_as_float[i] = x[i] + delta[i];
+    }
+    const auto norm_expected = rms_norm_reference(sum_as_float, weight, rows, hidden, 1e-5f);
+    std::vector<float> out(x.size(), std::nanf(""));
+    add_rms_norm(x.data(), delta.data(), weight.data(), out.data(), rows, hidden, 1e-5f);
+    EXPECT_TRUE(all_close(x.data(), sum_expected, 1e-6, 1e-6));
+    EXPECT_TRUE(all_close(out.data(), norm_expected, 1e-5, 1e-5));
+  }
+}
+
+TEST(SiluAndMulStacked, ReadsGateThenUpHalvesOfEachRow) {
+  std::mt19937 rng(22);
+  for (int ffn : {1, 5, 64, 300}) {
+    const int rows = 4;
+    const auto gate_up = random_floats(rng, static_cast<size_t>(rows) * 2 * ffn, -8.0f, 8.0f);
+    std::vector<double> expected(static_cast<size_t>(rows) * ffn);
+    for (int r = 0; r < rows; ++r) {
+      for (int i = 0; i < ffn; ++i) {
+        const double g = gate_up[static_cast<size_t>(r) * 2 * ffn + i];
+        const double u = gate_up[static_cast<size_t>(r) * 2 * ffn + ffn + i];
+        expected[static_cast<size_t>(r) * ffn + i] = g / (1.0 + std::exp(-g)) * u;
+      }
+    }
+    std::vector<float> out(expected.size(), std::nanf(""));
+    silu_and_mul_stacked(gate_up.data(), out.data(), rows, ffn);
+    EXPECT_TRUE(all_close(out.data(), expected, 1e-6, 1e-5)) << "ffn=" << ffn;
+  }
+}
+
+}  // namespace
+}  // namespace pagedserve::kernels

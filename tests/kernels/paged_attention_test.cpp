@@ -179,18 +179,43 @@ void run_case(const AttentionCase& c, std::mt19937& rng) {
   params.head_dim = c.head_dim;
   params.block_size = c.block_size;
   params.scale = scale;
-  paged_attention(params);
-
   // Outputs are convex combinations of values in [-1, 1], so abs and rel 1e-5 both fit.
-  EXPECT_TRUE(all_close(out.data(), reference_attention(c, batch, scale), 1e-5, 1e-5));
-
-  // Split over threads, every (token, head) is computed by the same code: bitwise equal.
+  const std::vector<double> expected = reference_attention(c, batch, scale);
   static ThreadPool pool(3, /*min_parallel_flops=*/0.0);
-  std::vector<float> pooled(batch.query.size(), std::nanf(""));
-  params.out = pooled.data();
-  paged_attention(params, &pool);
-  EXPECT_EQ(0, std::memcmp(pooled.data(), out.data(), out.size() * sizeof(float)))
-      << "threaded result differs from the single-threaded one";
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    SCOPED_TRACE(isa_name(isa));
+    params.out = out.data();
+    paged_attention(params, nullptr, isa);
+    EXPECT_TRUE(all_close(out.data(), expected, 1e-5, 1e-5));
+
+    // Split over threads, every (token, head) is computed by the same code: bitwise equal.
+    std::vector<float> pooled(batch.query.size(), std::nanf(""));
+    params.out = pooled.data();
+    paged_attention(params, &pool, isa);
+    EXPECT_EQ(0, std::memcmp(pooled.data(), out.data(), out.size() * sizeof(float)))
+        << "threaded result differs from the single-threaded one";
+
+    // Batch invariance: each sequence alone gives the bits it gave inside the batch.
+    for (int s = 0; s < params.num_seqs; ++s) {
+      const int q_len = batch.query_start_loc[s + 1] - batch.query_start_loc[s];
+      if (q_len == 0) continue;
+      const int32_t alone_start[2] = {0, q_len};
+      const size_t token_floats = static_cast<size_t>(params.num_heads) * params.head_dim;
+      const size_t first = batch.query_start_loc[s] * token_floats;
+      std::vector<float> alone(q_len * token_floats, std::nanf(""));
+      PagedAttentionParams one = params;
+      one.query = batch.query.data() + first;
+      one.out = alone.data();
+      one.query_start_loc = alone_start;
+      one.seq_lens = batch.seq_lens.data() + s;
+      one.block_tables = batch.block_tables.data() + static_cast<size_t>(s) * batch.max_blocks;
+      one.num_seqs = 1;
+      paged_attention(one, nullptr, isa);
+      EXPECT_EQ(0, std::memcmp(alone.data(), out.data() + first, alone.size() * sizeof(float)))
+          << "sequence " << s << " alone differs from the batched result";
+    }
+  }
 }
 
 // A decode, a whole prefill and a prefill chunk with earlier context, in one call, around the
@@ -222,7 +247,7 @@ TEST(PagedAttention, BlockSizes) {
 
 TEST(PagedAttention, HeadDimsAndGqaRatios) {
   std::mt19937 rng(3);
-  for (int d : {8, 64, 128, 7}) {
+  for (int d : {8, 64, 128, 7, 160, 256}) {  // past 128: the AVX-512 wide paths
     for (int group : {1, 2, 4, 8}) {
       run_case({8, 2, group, d, 1.0f, {{20, 1}, {9, 4}, {12, 12}}}, rng);
       if (HasFailure()) return;

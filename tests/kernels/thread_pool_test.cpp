@@ -54,5 +54,28 @@ TEST(ThreadPool, OneThreadAndNullPoolRunInline) {
   EXPECT_EQ(sum, 45);
 }
 
+// More tasks than the pool's state word can count are run in chunks: still each exactly once.
+TEST(ThreadPool, HugeTaskCountsRunEveryTaskOnce) {
+  ThreadPool pool(2, 0.0);
+  const int64_t n = (int64_t{1} << 20) + 37;
+  std::vector<std::atomic<uint8_t>> hits(n);
+  pool.parallel_for(n, [&](int64_t i) { hits[i].fetch_add(1, std::memory_order_relaxed); });
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "task " << i;
+}
+
+// Short calls back to back, each task capturing a counter that dies with the call: a worker
+// that wakes late must never run (or count) a task of a call that has ended, and every call
+// must see each of its tasks run once (under ASan/TSan a stale task would be a use after
+// scope or a race).
+TEST(ThreadPool, BackToBackCallsRunEachTaskOnce) {
+  ThreadPool pool(3, 0.0);
+  for (int round = 0; round < 3000; ++round) {
+    std::atomic<int> count{0};
+    const int n = 2 + round % 5;
+    pool.parallel_for(n, [&count](int64_t) { count.fetch_add(1, std::memory_order_relaxed); });
+    ASSERT_EQ(count.load(), n) << "round " << round;
+  }
+}
+
 }  // namespace
 }  // namespace pagedserve::kernels

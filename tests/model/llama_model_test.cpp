@@ -5,11 +5,17 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
 #include <numeric>
 #include <random>
 
 #include "model/loader/llama_weights.h"
+#include "model/synthetic_model.h"
 #include "tests/model/reference_llama.h"
 #include "tests/test_paths.h"
 
@@ -28,8 +34,8 @@ void expect_logits_near(const std::vector<float>& got, const float* want_begin, 
 
 // Runs `num_seqs` random sequences through LlamaModel in chunked steps and checks every
 // produced logits row against the reference.
-void run_batched_against_reference(const LlamaWeights& weights, int num_seqs, int block_size,
-                                   uint32_t seed, kernels::ThreadPool* pool = nullptr) {
+void run_batched_against_reference(const LlamaWeights& weights, const LlamaModel& model,
+                                   int num_seqs, int block_size, uint32_t seed) {
   std::mt19937 rng(seed);
   const ModelConfig& c = weights.config;
   std::uniform_int_distribution<int> token(0, c.vocab_size - 1);
@@ -62,7 +68,6 @@ void run_batched_against_reference(const LlamaWeights& weights, int num_seqs, in
     free_blocks.resize(free_blocks.size() - n);
   }
 
-  LlamaModel model(weights, pool);
   PagedKvCache cache(c.num_hidden_layers, num_blocks, block_size, c.num_key_value_heads,
                      c.head_dim);
   for (int step = 0;
@@ -103,7 +108,8 @@ TEST(LlamaModel, RandomModelMatchesReferenceForBatchesOneToEight) {
     for (int block_size : {1, 4, 16}) {
       SCOPED_TRACE("num_seqs " + std::to_string(num_seqs) + " block_size " +
                    std::to_string(block_size));
-      run_batched_against_reference(weights, num_seqs, block_size, 100 * num_seqs + block_size);
+      run_batched_against_reference(weights, LlamaModel(weights), num_seqs, block_size,
+                                    100 * num_seqs + block_size);
     }
   }
 }
@@ -113,7 +119,119 @@ TEST(LlamaModel, ThreadedForwardMatchesReference) {
   kernels::ThreadPool pool(3, /*min_parallel_flops=*/0.0);
   for (int num_seqs : {1, 5}) {
     SCOPED_TRACE("num_seqs " + std::to_string(num_seqs));
-    run_batched_against_reference(weights, num_seqs, 8, 200 + num_seqs, &pool);
+    run_batched_against_reference(weights, LlamaModel(weights, &pool), num_seqs, 8, 200 + num_seqs);
+  }
+}
+
+// Every kernel path this CPU has, and the portable one, agrees with the reference.
+TEST(LlamaModel, EveryIsaMatchesReference) {
+  const LlamaWeights weights = testing::random_llama(64, 2, 4, 2, 16, 96, 130, false, 13);
+  kernels::ThreadPool pool(2, /*min_parallel_flops=*/0.0);
+  for (kernels::Isa isa : {kernels::Isa::kPortable, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+    if (!kernels::isa_supported(isa)) continue;
+    SCOPED_TRACE(kernels::isa_name(isa));
+    run_batched_against_reference(weights, LlamaModel(weights, &pool, isa), 4, 8, 300);
+  }
+}
+
+// F16 and BF16 checkpoints stay 16-bit inside LlamaModel; the reference runs on the same
+// values widened to float32 by the loader.
+TEST(LlamaModel, HalfPrecisionCheckpointsMatchReferenceOnWidenedWeights) {
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() /
+        ("ps_llama_model_test_" + std::to_string(::getpid()) + "_" + dtype_name(dtype));
+    SyntheticModelSpec spec;
+    spec.hidden_size = 64;
+    spec.num_layers = 2;
+    spec.num_heads = 4;
+    spec.num_kv_heads = 2;
+    spec.intermediate_size = 96;
+    spec.vocab_size = 300;
+    spec.dtype = dtype;
+    spec.seed = 3;
+    write_synthetic_model(dir, spec);
+    const LlamaCheckpoint checkpoint = open_llama_checkpoint(dir);
+    const LlamaWeights widened = load_llama_weights(dir);
+    const LlamaModel model(checkpoint);
+    // Half the bytes of float32 for the matrices (norms stay float32).
+    EXPECT_LT(model.weight_bytes_per_step(), LlamaModel(widened).weight_bytes_per_step() * 0.51);
+    run_batched_against_reference(widened, model, 3, 8, 400);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// The batch-invariance contract the scheduler relies on: one sequence's logits are the same
+// bits alone (one prefill chunk, no threads) as inside a batch of other sequences with its
+// prompt cut into different chunks and the work split over threads.
+TEST(LlamaModel, LogitsAreBitIdenticalAloneAndInABatch) {
+  const LlamaWeights weights = testing::random_llama(64, 2, 4, 2, 16, 96, 130, false, 17);
+  const ModelConfig& c = weights.config;
+  constexpr int kBlock = 4;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> token(0, c.vocab_size - 1);
+  std::vector<int32_t> target(23);
+  for (int32_t& t : target) t = token(rng);
+  constexpr int kPrompt = 15;
+
+  kernels::ThreadPool pool(3, /*min_parallel_flops=*/0.0);
+  for (kernels::Isa isa : {kernels::Isa::kPortable, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+    if (!kernels::isa_supported(isa)) continue;
+    SCOPED_TRACE(kernels::isa_name(isa));
+    // Alone: the prompt in one chunk, then one token per step, on one thread.
+    std::map<int, std::vector<float>> alone;  // position -> logits
+    {
+      const LlamaModel model(weights, nullptr, isa);
+      PagedKvCache cache(c.num_hidden_layers, 8, kBlock, c.num_key_value_heads, c.head_dim);
+      const std::vector<int32_t> table = {3, 0, 6, 1, 7, 2};
+      for (int done = 0; done < static_cast<int>(target.size());) {
+        const int chunk = done == 0 ? kPrompt : 1;
+        ForwardBatch batch;
+        batch.add_sequence({target.begin() + done, target.begin() + done + chunk}, done, table,
+                           kBlock, true);
+        done += chunk;
+        alone[done - 1] = model.forward(batch, cache);
+      }
+    }
+    // Batched: 5 other sequences of random lengths around it, the prompt in chunks of 4, 7
+    // and 4, three threads.
+    const LlamaModel model(weights, &pool, isa);
+    PagedKvCache cache(c.num_hidden_layers, 64, kBlock, c.num_key_value_heads, c.head_dim);
+    std::vector<std::vector<int32_t>> others(5);
+    std::vector<std::vector<int32_t>> tables(6);
+    int next_block = 0;
+    for (auto& table : tables) {
+      for (int b = 0; b < 10; ++b) table.push_back(next_block++);
+    }
+    for (auto& other : others) {
+      other.resize(std::uniform_int_distribution<int>(1, 30)(rng));
+      for (int32_t& t : other) t = token(rng);
+    }
+    const int target_chunks[] = {4, 7, 4};
+    std::vector<int> done(6, 0);
+    for (int step = 0; done[5] < static_cast<int>(target.size()); ++step) {
+      ForwardBatch batch;
+      for (int s = 0; s < 5; ++s) {
+        const int left = static_cast<int>(others[s].size()) - done[s];
+        if (left == 0) continue;
+        const int chunk = std::uniform_int_distribution<int>(1, left)(rng);
+        batch.add_sequence({others[s].begin() + done[s], others[s].begin() + done[s] + chunk},
+                           done[s], tables[s], kBlock, true);
+        done[s] += chunk;
+      }
+      const int chunk = step < 3 ? target_chunks[step] : 1;
+      batch.add_sequence({target.begin() + done[5], target.begin() + done[5] + chunk}, done[5],
+                         tables[5], kBlock, true);
+      done[5] += chunk;
+      const std::vector<float> logits = model.forward(batch, cache);
+      const int pos = done[5] - 1;
+      if (pos < kPrompt - 1) continue;
+      const float* mine =
+          logits.data() + (batch.num_seqs() - 1) * static_cast<size_t>(c.vocab_size);
+      ASSERT_EQ(std::memcmp(mine, alone.at(pos).data(), c.vocab_size * sizeof(float)), 0)
+          << "position " << pos;
+    }
   }
 }
 
@@ -121,7 +239,7 @@ TEST(LlamaModel, Stories260KMatchesReference) {
   const LlamaWeights weights = load_llama_weights(testing::stories260k_dir());
   for (int num_seqs : {1, 3, 8}) {
     SCOPED_TRACE("num_seqs " + std::to_string(num_seqs));
-    run_batched_against_reference(weights, num_seqs, 16, 31 + num_seqs);
+    run_batched_against_reference(weights, LlamaModel(weights), num_seqs, 16, 31 + num_seqs);
   }
 }
 

@@ -82,3 +82,32 @@ TEST(MakeModelCli, BadFlagsExitTwoNamingTheProblem) {
 }
 
 }  // namespace
+
+namespace {
+
+// `bench throughput --batch`: the per-phase report on a model make-model just wrote. Only the
+// presence and consistency of the fields is checked; speed is for the benchmark itself.
+TEST(BenchPhasesCli, ReportsPrefillDecodeAndRooflineFields) {
+  const auto dir = temp_dir("bench");
+  ASSERT_EQ(run("make-model --out " + dir.string() + kSmallShape + " --dtype f16").exit_code, 0);
+  const CommandResult r =
+      run("bench throughput --model " + dir.string() +
+          " --batch 3 --prompt-tokens 20 --output-tokens 4 --threads 2 --bandwidth 50 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json out = nlohmann::json::parse(r.output);
+  for (const char* key :
+       {"prefill_tokens_per_s", "decode_tokens_per_s", "decode_step_ms", "bandwidth_gbps",
+        "roofline_fraction", "peak_gflops", "prefill_peak_fraction", "bytes_per_decode_step"}) {
+    ASSERT_TRUE(out.contains(key)) << key;
+    EXPECT_GT(out[key].get<double>(), 0.0) << key;
+  }
+  EXPECT_EQ(out["bandwidth_gbps"].get<double>(), 50.0);
+  EXPECT_EQ(out["batch"].get<int>(), 3);
+  EXPECT_EQ(out["threads"].get<int>(), 2);
+  // Bytes per step: the 16-bit matrices once, plus K/V of 3 sequences at ~22 tokens.
+  const double weights = out["weight_bytes_per_step"].get<double>();
+  EXPECT_GT(out["bytes_per_decode_step"].get<double>(), weights);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace

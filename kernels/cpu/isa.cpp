@@ -1,0 +1,61 @@
+// Instruction-set detection for the CPU kernels; see isa.h.
+#include "kernels/cpu/isa.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace pagedserve::kernels {
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kPortable:
+      break;
+  }
+  return "portable";
+}
+
+bool isa_supported(Isa isa) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  switch (isa) {
+    case Isa::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+    case Isa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+    case Isa::kPortable:
+      return true;
+  }
+  return false;
+#else
+  return isa == Isa::kPortable;
+#endif
+}
+
+namespace {
+
+Isa detect_best_isa() {
+  if (const char* forced = std::getenv("PAGEDSERVE_CPU_ISA")) {
+    for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+      if (std::string(forced) == isa_name(isa) && isa_supported(isa)) return isa;
+    }
+  }
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2}) {
+    if (isa_supported(isa)) return isa;
+  }
+  return Isa::kPortable;
+}
+
+}  // namespace
+
+Isa best_isa() {
+  static const Isa isa = detect_best_isa();
+  return isa;
+}
+
+}  // namespace pagedserve::kernels

@@ -1,0 +1,127 @@
+// matmul_packed's AVX-512 kernel: a register tile of up to 6 rows x 64 columns (24 zmm
+// accumulators), one k step at a time: 4 weight vectors (widened from F16/BF16 in registers
+// when the weight is 16-bit), 6 broadcasts, 24 FMAs. Each accumulator lane is one output's
+// fma chain over k, so the result never depends on how rows are grouped into tiles.
+//
+// Only the functions marked kTarget use AVX-512; the file is built with the project's baseline
+// flags (nothing here is an inline function or template another file could pick up), and
+// matmul_packed calls it only when isa_supported(Isa::kAvx512).
+#include <immintrin.h>
+
+#include "kernels/cpu/packed_matmul.h"
+
+#define PS_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+
+namespace pagedserve::kernels::detail {
+namespace {
+
+constexpr int kRowsPerTile = 6;
+constexpr int kVectors = PackedWeight::kTileRows / 16;  // 4 zmm per tile row
+// The zero-masked forms with every lane set are the same instructions as the plain ones, but
+// GCC 12's plain intrinsics start from _mm512_undefined_*, which -Wmaybe-uninitialized flags.
+constexpr __mmask16 kAllLanes = 0xffff;
+
+template <WeightDtype D>
+PS_TARGET_AVX512 inline __m512 load_weights(const std::byte* p) {
+  if constexpr (D == WeightDtype::kF32) {
+    return _mm512_load_ps(reinterpret_cast<const float*>(p));
+  } else if constexpr (D == WeightDtype::kF16) {
+    return _mm512_maskz_cvtph_ps(kAllLanes, _mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+  } else {  // BF16: the upper half of a float
+    const __m512i wide = _mm512_maskz_cvtepu16_epi32(
+        kAllLanes, _mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAllLanes, wide, 16));
+  }
+}
+
+// out[r, 0:cols] for R rows of x against one 64-row weight tile.
+template <int R, WeightDtype D>
+PS_TARGET_AVX512 void tile_rows(const float* x, long ldx, const std::byte* tile, int k, float* out,
+                                long ldo, int cols) {
+  constexpr long kStepBytes = PackedWeight::kTileRows * (D == WeightDtype::kF32 ? 4 : 2);
+  constexpr long kVectorBytes = kStepBytes / kVectors;
+  __m512 acc[R][kVectors];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  const std::byte* w = tile;
+  for (int kk = 0; kk < k; ++kk, w += kStepBytes) {
+    __m512 wv[kVectors];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v) wv[v] = load_weights<D>(w + v * kVectorBytes);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 xr = _mm512_set1_ps(x[r * ldx + kk]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kVectors; ++v) acc[r][v] = _mm512_fmadd_ps(xr, wv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* o = out + r * ldo;
+    if (cols == PackedWeight::kTileRows) {
+#pragma GCC unroll 4
+      for (int v = 0; v < kVectors; ++v) _mm512_storeu_ps(o + 16 * v, acc[r][v]);
+    } else {
+      for (int v = 0; v < kVectors; ++v) {
+        const int left = cols - 16 * v;
+        if (left <= 0) break;
+        const __mmask16 mask = left >= 16 ? 0xffff : static_cast<__mmask16>((1u << left) - 1);
+        _mm512_mask_storeu_ps(o + 16 * v, mask, acc[r][v]);
+      }
+    }
+  }
+}
+
+template <WeightDtype D>
+PS_TARGET_AVX512 void tile_all_rows(const float* x, const PackedWeight& w, float* out, int m,
+                                    int tile) {
+  const int n = w.rows();
+  const int k = w.cols();
+  const int col0 = tile * PackedWeight::kTileRows;
+  const int cols = n - col0 < PackedWeight::kTileRows ? n - col0 : PackedWeight::kTileRows;
+  const std::byte* t = w.tile(tile);
+  int r = 0;
+  for (; r + kRowsPerTile <= m; r += kRowsPerTile) {
+    tile_rows<kRowsPerTile, D>(x + static_cast<long>(r) * k, k, t, k,
+                               out + static_cast<long>(r) * n + col0, n, cols);
+  }
+  const float* xr = x + static_cast<long>(r) * k;
+  float* o = out + static_cast<long>(r) * n + col0;
+  switch (m - r) {
+    case 5:
+      tile_rows<5, D>(xr, k, t, k, o, n, cols);
+      break;
+    case 4:
+      tile_rows<4, D>(xr, k, t, k, o, n, cols);
+      break;
+    case 3:
+      tile_rows<3, D>(xr, k, t, k, o, n, cols);
+      break;
+    case 2:
+      tile_rows<2, D>(xr, k, t, k, o, n, cols);
+      break;
+    case 1:
+      tile_rows<1, D>(xr, k, t, k, o, n, cols);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+void matmul_tile_avx512(const float* x, const PackedWeight& w, float* out, int m, int tile) {
+  switch (w.dtype()) {
+    case WeightDtype::kF32:
+      return tile_all_rows<WeightDtype::kF32>(x, w, out, m, tile);
+    case WeightDtype::kF16:
+      return tile_all_rows<WeightDtype::kF16>(x, w, out, m, tile);
+    case WeightDtype::kBF16:
+      return tile_all_rows<WeightDtype::kBF16>(x, w, out, m, tile);
+  }
+}
+
+}  // namespace pagedserve::kernels::detail

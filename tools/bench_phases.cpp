@@ -1,0 +1,195 @@
+// `pagedserve bench throughput --batch B ...`: the executor's speed by phase, against this
+// machine's own limits. Drives LlamaModel directly (no scheduler, no HTTP), as the CPU
+// executor does: a prefill of P tokens, then N decode steps of B sequences with P-token
+// contexts. Reports prefill tokens/s against the fp32 FMA peak (measured with a small FMA loop)
+// and decode tokens/s and ms per step against the read-bandwidth roofline (measured with a
+// STREAM-style read loop, or --bandwidth): bytes read per step (every weight once, plus each
+// sequence's K/V) over step time, as a fraction of the bandwidth.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "kernels/cpu/machine_probe.h"
+#include "kernels/cpu/thread_pool.h"
+#include "model/llama_model.h"
+#include "model/loader/llama_weights.h"
+#include "tools/cli_flags.h"
+#include "tools/subcommands.h"
+
+namespace pagedserve::tools {
+namespace {
+
+const char* const kPhasesHelp =
+    "usage: pagedserve bench throughput --model DIR --batch B [options]\n"
+    "  --batch B           sequences decoded together (default 1)\n"
+    "  --prompt-tokens P   prompt (context) length of each sequence (default 512)\n"
+    "  --output-tokens N   decode steps timed (default 64)\n"
+    "  --threads T         kernel threads, the caller included (default 0: one per core)\n"
+    "  --bandwidth GBPS    roofline bandwidth; default: measured with a read loop at start\n"
+    "  --block-size S      KV cache block size in tokens (default 16)\n"
+    "  --repeat R          prefill repetitions, the median is reported (default 3)\n"
+    "  --seed S            seed of the prompt tokens (default 0)\n"
+    "  --json              one JSON object instead of the table\n"
+    "The prompt is prefilled once, as one sequence; the other B - 1 sequences get copies of its\n"
+    "KV blocks (values do not change speed), so large batches do not wait on B prefills.\n";
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+int32_t argmax(const float* row, int n) {
+  return static_cast<int32_t>(std::max_element(row, row + n) - row);
+}
+
+// FLOPs of a prefill of `tokens` tokens from position 0 (2 per multiply-add): the matmuls of
+// every layer, causal attention (q.k and p.v over the positions each query sees), one LM-head
+// row.
+double prefill_flops(const model::ModelConfig& c, int tokens) {
+  const double hidden = c.hidden_size;
+  const double q = static_cast<double>(c.num_attention_heads) * c.head_dim;
+  const double kv = static_cast<double>(c.num_key_value_heads) * c.head_dim;
+  const double ffn = c.intermediate_size;
+  const double per_token_matmul = hidden * (q + 2 * kv) + q * hidden + 3 * hidden * ffn;
+  const double context_sum = 0.5 * tokens * (tokens + 1.0);  // sum of (position + 1)
+  const double attention = 2.0 * 2.0 * context_sum * q;
+  return c.num_hidden_layers * (2.0 * tokens * per_token_matmul + attention) +
+         2.0 * hidden * c.vocab_size;
+}
+
+}  // namespace
+
+int run_bench_phases(const std::vector<std::string>& args) {
+  const CliFlags flags(args,
+                       {"model", "batch", "prompt-tokens", "output-tokens", "threads", "bandwidth",
+                        "block-size", "repeat", "seed"},
+                       {"json", "help"});
+  if (flags.has("help")) {
+    std::cout << kPhasesHelp;
+    return 0;
+  }
+  const std::string model_dir = flags.require("model");
+  const int batch_size = static_cast<int>(flags.get_int("batch", 1, 1, 4096));
+  const int prompt_tokens = static_cast<int>(flags.get_int("prompt-tokens", 512, 1, 1 << 20));
+  const int output_tokens = static_cast<int>(flags.get_int("output-tokens", 64, 1, 1 << 20));
+  const int threads = static_cast<int>(flags.get_int("threads", 0, 0, 1024));
+  const int block_size = static_cast<int>(flags.get_int("block-size", 16, 1, 128));
+  const int repeats = static_cast<int>(flags.get_int("repeat", 3, 1, 1000));
+  const double bandwidth_flag = flags.get_double("bandwidth", 0.0);
+  if (bandwidth_flag < 0) throw UsageError("--bandwidth must be positive, got a negative value");
+  std::mt19937 rng(static_cast<uint32_t>(flags.get_int("seed", 0, 0, UINT32_MAX)));
+
+  kernels::ThreadPool pool(threads);
+  const auto load_start = Clock::now();
+  const model::LlamaCheckpoint checkpoint = model::open_llama_checkpoint(model_dir);
+  const model::LlamaModel model(checkpoint, &pool);
+  const double load_s = seconds_since(load_start);
+  const model::ModelConfig& c = model.config();
+
+  const double measured_bandwidth =
+      bandwidth_flag > 0 ? 0.0 : kernels::measure_read_bandwidth_gbps(&pool);
+  const double bandwidth = bandwidth_flag > 0 ? bandwidth_flag : measured_bandwidth;
+  const double peak_gflops = kernels::measure_fma_peak_gflops(&pool);
+
+  const int total_tokens = prompt_tokens + output_tokens;
+  const int blocks_per_seq = (total_tokens + block_size - 1) / block_size;
+  model::PagedKvCache cache(c.num_hidden_layers, batch_size * blocks_per_seq, block_size,
+                            c.num_key_value_heads, c.head_dim);
+  std::vector<std::vector<int32_t>> tables(batch_size);
+  for (int s = 0; s < batch_size; ++s) {
+    for (int b = 0; b < blocks_per_seq; ++b) tables[s].push_back(s * blocks_per_seq + b);
+  }
+  std::uniform_int_distribution<int32_t> any_token(0, c.vocab_size - 1);
+  std::vector<int32_t> prompt(prompt_tokens);
+  for (int32_t& t : prompt) t = any_token(rng);
+
+  // Prefill: one sequence of P tokens in one forward pass, repeated (same slots rewritten).
+  std::vector<double> prefill_s;
+  std::vector<float> logits;
+  for (int r = 0; r < repeats; ++r) {
+    model::ForwardBatch batch;
+    batch.add_sequence(prompt, 0, tables[0], block_size, true);
+    const auto start = Clock::now();
+    logits = model.forward(batch, cache);
+    prefill_s.push_back(seconds_since(start));
+  }
+  const double prefill_median_s = median(prefill_s);
+  const double prefill_gflops = prefill_flops(c, prompt_tokens) / prefill_median_s / 1e9;
+  // The other sequences share the prompt's K/V by copy.
+  const int prompt_blocks = (prompt_tokens + block_size - 1) / block_size;
+  for (int s = 1; s < batch_size; ++s) {
+    for (int b = 0; b < prompt_blocks; ++b) cache.copy_block(tables[0][b], tables[s][b]);
+  }
+
+  // Decode: B sequences, one token each per step, greedy.
+  std::vector<int32_t> next(batch_size, argmax(logits.data(), c.vocab_size));
+  const double kv_bytes_per_token = 2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim *
+                                    sizeof(float);  // K and V, every layer
+  const double weight_bytes = static_cast<double>(model.weight_bytes_per_step());
+  std::vector<double> step_s;
+  std::vector<double> achieved_gbps;
+  double bytes_at_median_context = 0;
+  for (int step = 0; step < output_tokens; ++step) {
+    const int position = prompt_tokens + step;
+    model::ForwardBatch batch;
+    for (int s = 0; s < batch_size; ++s) {
+      batch.add_sequence({next[s]}, position, tables[s], block_size, true);
+    }
+    const auto start = Clock::now();
+    logits = model.forward(batch, cache);
+    const double seconds = seconds_since(start);
+    for (int s = 0; s < batch_size; ++s) {
+      next[s] = argmax(logits.data() + static_cast<size_t>(s) * c.vocab_size, c.vocab_size);
+    }
+    const double bytes = weight_bytes + batch_size * (kv_bytes_per_token * (position + 1) +
+                                                      c.hidden_size * sizeof(float));
+    if (step == output_tokens / 2) bytes_at_median_context = bytes;
+    step_s.push_back(seconds);
+    achieved_gbps.push_back(bytes / seconds / 1e9);
+  }
+  const double step_median_s = median(step_s);
+  const double achieved = median(achieved_gbps);
+
+  nlohmann::ordered_json out = {
+      {"model", model_dir},
+      {"isa", kernels::isa_name(model.isa())},
+      {"threads", pool.num_threads()},
+      {"batch", batch_size},
+      {"prompt_tokens", prompt_tokens},
+      {"output_tokens", output_tokens},
+      {"load_s", load_s},
+      {"bandwidth_gbps", bandwidth},
+      {"bandwidth_measured", bandwidth_flag <= 0},
+      {"peak_gflops", peak_gflops},
+      {"prefill_tokens_per_s", prompt_tokens / prefill_median_s},
+      {"prefill_ms", prefill_median_s * 1e3},
+      {"prefill_gflops", prefill_gflops},
+      {"prefill_peak_fraction", prefill_gflops / peak_gflops},
+      {"decode_tokens_per_s", batch_size / step_median_s},
+      {"decode_step_ms", step_median_s * 1e3},
+      {"decode_step_ms_min", *std::min_element(step_s.begin(), step_s.end()) * 1e3},
+      {"weight_bytes_per_step", weight_bytes},
+      {"bytes_per_decode_step", bytes_at_median_context},
+      {"decode_achieved_gbps", achieved},
+      {"roofline_fraction", achieved / bandwidth}};
+  if (flags.has("json")) {
+    std::cout << out.dump() << "\n";
+  } else {
+    for (const auto& [key, value] : out.items()) {
+      std::printf("%-24s %s\n", key.c_str(), value.dump().c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace pagedserve::tools
