@@ -35,16 +35,15 @@ struct EngineConfig {
   std::optional<PreemptionMode> preemption_mode;
   // The KV memory manager: paged, or an Orca-style reserving baseline (cache/kv_allocator.h).
   cache::KvAllocatorKind kv_allocator = cache::KvAllocatorKind::kPaged;
-  // "cpu", or "sim": the SimExecutor (actors/sim_executor.h) with the cost-model profile at
-  // sim_profile; model_dir then only supplies the tokenizer, and the KV pool defaults to the
-  // profile's kv_cache_bytes. Its steps take no wall time: only the bench paper replay
-  // (virtual clock) gives its timings meaning.
+  // Which executor runs the model: "cpu", "cuda", "auto" (cuda when the binary was built with
+  // CUDA and a device is visible, else cpu; resolved to "cpu" or "cuda" by set_up_engine), or
+  // "sim": the SimExecutor (actors/sim_executor.h) with the cost-model profile at sim_profile;
+  // model_dir then only supplies the tokenizer, and the KV pool defaults to the profile's
+  // kv_cache_bytes. Its steps take no wall time: only the bench paper replay (virtual clock)
+  // gives its timings meaning. Library callers get the CPU unless they ask; the command line
+  // defaults to auto.
   std::string device = "cpu";
   std::filesystem::path sim_profile;
-  // Which executor runs the model: "cpu", "cuda", or "auto" (cuda when the binary was built
-  // with CUDA and a device is visible, else cpu). Library callers get the CPU unless they ask;
-  // the command line defaults to auto. Resolved to "cpu" or "cuda" by set_up_engine.
-  std::string device = "cpu";
   // CUDA only. The KV pool takes what this share of the device's memory leaves after the
   // weights and workspace (unless num_kv_blocks is set); kv_cache_memory_bytes is not used.
   double gpu_memory_utilization = 0.9;
