@@ -213,7 +213,8 @@ std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& 
                   v.begin() + static_cast<size_t>(t) * kv_width);
     }
     kernels::rope_rotate_half(q.data(), k.data(), batch.positions.data(), num_tokens,
-                              c.num_attention_heads, c.num_key_value_heads, head_dim, c.rope_theta);
+                              c.num_attention_heads, c.num_key_value_heads, head_dim, c.rope_theta,
+                              pool_);
     const kernels::KvCacheView layer_cache = cache.layer(l);
     kernels::write_kv(k.data(), v.data(), batch.slot_mapping.data(), num_tokens, layer_cache);
     attention.key_cache = layer_cache.key;
@@ -224,7 +225,7 @@ std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& 
                           c.rms_norm_eps);
 
     kernels::matmul_packed(h.data(), w.w_gate_up, gate_up.data(), num_tokens, pool_, isa_);
-    kernels::silu_and_mul_stacked(gate_up.data(), act.data(), num_tokens, ffn);
+    kernels::silu_and_mul_stacked(gate_up.data(), act.data(), num_tokens, ffn, pool_);
     kernels::matmul_packed(act.data(), w.w_down, proj.data(), num_tokens, pool_, isa_);
     if (l + 1 < c.num_hidden_layers) {
       // The residual add fused with the next layer's input norm.

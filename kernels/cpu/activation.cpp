@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace pagedserve::kernels {
 
@@ -17,14 +18,16 @@ void silu_and_mul(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
-void silu_and_mul_stacked(const float* gate_up, float* out, int num_rows, int ffn) {
+void silu_and_mul_stacked(const float* gate_up, float* out, int num_rows, int ffn,
+                          ThreadPool* pool) {
   assert(gate_up != nullptr && out != nullptr && num_rows >= 0 && ffn >= 0);
-  for (long r = 0; r < num_rows; ++r) {
+  // exp dominates: ~20 FLOP-equivalents per element is a fair cost estimate for the split.
+  parallel_for(pool, num_rows, 20.0 * num_rows * ffn, [&](int64_t r) {
     const float* gate = gate_up + r * 2 * ffn;
     const float* up = gate + ffn;
     float* o = out + r * ffn;
     for (int i = 0; i < ffn; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-  }
+  });
 }
 
 }  // namespace pagedserve::kernels

@@ -25,8 +25,9 @@ void add_rms_norm(float* x, const float* delta, const float* weight, float* out,
 // For each head, pairs (i, i + head_dim/2) rotate by angle pos * theta^(-2i/head_dim).
 // q: [num_tokens, num_heads, head_dim]; k: [num_tokens, num_kv_heads, head_dim];
 // positions: [num_tokens].
+// With a pool, tokens are split across threads (each token's rotation is unchanged).
 void rope_rotate_half(float* q, float* k, const int32_t* positions, int num_tokens, int num_heads,
-                      int num_kv_heads, int head_dim, float theta);
+                      int num_kv_heads, int head_dim, float theta, ThreadPool* pool = nullptr);
 
 // out = x * w^T, the layout of a Hugging Face Linear layer, on unpacked float32 weights (for
 // weights used once; the executor's layers use matmul_packed in packed_matmul.h).
@@ -41,7 +42,9 @@ void silu_and_mul(const float* gate, const float* up, float* out, int64_t n);
 // The gated activation over a stacked gate/up projection, one pass:
 // out[r, i] = silu(gate_up[r, i]) * gate_up[r, ffn + i]. gate_up: [num_rows, 2 ffn];
 // out: [num_rows, ffn], not aliasing gate_up.
-void silu_and_mul_stacked(const float* gate_up, float* out, int num_rows, int ffn);
+// With a pool, rows are split across threads (each element's arithmetic is unchanged).
+void silu_and_mul_stacked(const float* gate_up, float* out, int num_rows, int ffn,
+                          ThreadPool* pool = nullptr);
 
 // One layer's paged KV cache. Block b holds block_size consecutive token positions of one
 // sequence; token slot s lives in block s / block_size at offset s % block_size.
