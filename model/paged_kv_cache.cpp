@@ -15,8 +15,11 @@ PagedKvCache::PagedKvCache(int num_layers, int num_blocks, int block_size, int n
       head_dim_(head_dim),
       floats_per_block_(static_cast<size_t>(num_kv_heads) * block_size * head_dim) {
   const size_t floats_per_layer = floats_per_block_ * static_cast<size_t>(num_blocks);
-  keys_.assign(num_layers, std::vector<float>(floats_per_layer, 0.0f));
-  values_.assign(num_layers, std::vector<float>(floats_per_layer, 0.0f));
+  // One buffer per layer, each allocated (and advised) before it is zeroed.
+  for (int l = 0; l < num_layers; ++l) {
+    keys_.emplace_back(floats_per_layer, 0.0f);
+    values_.emplace_back(floats_per_layer, 0.0f);
+  }
 }
 
 kernels::KvCacheView PagedKvCache::layer(int layer_index) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/huge_page_allocator.h"
 #include "kernels/cpu/kernels.h"
 
 namespace pagedserve::model {
@@ -39,9 +40,10 @@ class PagedKvCache {
   int num_kv_heads_;
   int head_dim_;
   size_t floats_per_block_;
-  std::vector<std::vector<float>>
-      keys_;  // per layer: [num_blocks, num_kv_heads, block_size, head_dim]
-  std::vector<std::vector<float>> values_;  // same layout as keys_
+  // Huge pages where available: attention walks scattered blocks of these every step.
+  using LayerBuffer = std::vector<float, kernels::HugePageAllocator<float>>;
+  std::vector<LayerBuffer> keys_;    // per layer: [num_blocks, num_kv_heads, block_size, head_dim]
+  std::vector<LayerBuffer> values_;  // same layout as keys_
 };
 
 }  // namespace pagedserve::model
