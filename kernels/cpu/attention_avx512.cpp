@@ -28,6 +28,21 @@ PS_TARGET_AVX512 inline __mmask16 tail_mask(int n) {
   return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
 }
 
+// Loads and stores of the output accumulators, which are stored and reloaded for every block:
+// full vectors use the plain forms, because a masked store does not forward to a later load
+// (the load waits for the store to retire), which stalled every block's update.
+PS_TARGET_AVX512 inline __m512 load_lanes(const float* p, __mmask16 m) {
+  return m == static_cast<__mmask16>(0xffff) ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+}
+
+PS_TARGET_AVX512 inline void store_lanes(float* p, __mmask16 m, __m512 v) {
+  if (m == static_cast<__mmask16>(0xffff)) {
+    _mm512_storeu_ps(p, v);
+  } else {
+    _mm512_mask_storeu_ps(p, m, v);
+  }
+}
+
 // r[j] = sum over 16 lanes of a[j], for 16 vectors: a fixed tree of 128-bit-lane shuffles and
 // in-lane transposes (46 instructions for 16 sums, against ~8 per _mm512_reduce_add_ps).
 PS_TARGET_AVX512 inline __m512 reduce16(const __m512 (&a)[16]) {
@@ -145,7 +160,7 @@ PS_TARGET_AVX512 inline void scale_in_place(float* v, int d, float factor) {
   const __m512 f = _mm512_set1_ps(factor);
   for (int i = 0; i < d; i += 16) {
     const __mmask16 m = tail_mask(d - i);
-    _mm512_mask_storeu_ps(v + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, v + i), f));
+    store_lanes(v + i, m, _mm512_mul_ps(load_lanes(v + i, m), f));
   }
 }
 
@@ -162,7 +177,7 @@ PS_TARGET_AVX512 inline void accumulate_values_in_registers(const float* weights
 #pragma GCC unroll 8
   for (int v = 0; v < kVectors; ++v) {
     masks[v] = tail_mask(width - 16 * v);
-    even[v] = _mm512_maskz_loadu_ps(masks[v], out + 16 * v);
+    even[v] = load_lanes(out + 16 * v, masks[v]);
     odd[v] = _mm512_setzero_ps();
   }
   int j = 0;
@@ -187,7 +202,7 @@ PS_TARGET_AVX512 inline void accumulate_values_in_registers(const float* weights
   }
 #pragma GCC unroll 8
   for (int v = 0; v < kVectors; ++v) {
-    _mm512_mask_storeu_ps(out + 16 * v, masks[v], _mm512_add_ps(even[v], odd[v]));
+    store_lanes(out + 16 * v, masks[v], _mm512_add_ps(even[v], odd[v]));
   }
 }
 
@@ -228,22 +243,32 @@ PS_TARGET_AVX512 inline void accumulate_values(const float* weights, const float
   }
 }
 
-// One block's update of one (query, head): scores of the block's first n_valid keys, the
-// online-softmax rescale, and the weighted values added into out. scores is scratch.
-PS_TARGET_AVX512 inline void update_with_block(const float* q, const float* keys,
-                                               const float* values, int n_valid, int d, float scale,
-                                               float* scores, float& running_max,
-                                               float& running_sum, float* out) {
+// The three steps of one block's update of one (query, head), split so attend_tile can run
+// each step for every (query, head) of the tile before the next: the steps of different
+// (query, head) pairs are independent, so the core overlaps their latency chains (reductions,
+// exp, the max compare) instead of waiting on one pair's chain at a time. The arithmetic of
+// each pair is unchanged by the split.
+//
+// Step 1: the block's scaled scores of its first n_valid keys into scores; returns their max.
+PS_TARGET_AVX512 inline float block_scores(const float* q, const float* keys, int n_valid, int d,
+                                           float scale, float* scores) {
   float block_max = -__builtin_inff();
   for (int j = 0; j < n_valid; j += 16) {
     const int count = n_valid - j < 16 ? n_valid - j : 16;
     const __m512 s =
         _mm512_mul_ps(dot16(q, keys + static_cast<long>(j) * d, d, count), _mm512_set1_ps(scale));
     const __mmask16 m = tail_mask(count);
-    _mm512_mask_storeu_ps(scores + j, m, s);
+    store_lanes(scores + j, m, s);
     const float chunk_max = _mm512_mask_reduce_max_ps(m, s);
     block_max = chunk_max > block_max ? chunk_max : block_max;
   }
+  return block_max;
+}
+
+// Step 2: the online-softmax rescale when the block raises the running max, then the scores
+// replaced by their weights exp(score - running_max), summed into running_sum.
+PS_TARGET_AVX512 inline void block_weights(float block_max, int n_valid, int d, float* scores,
+                                           float& running_max, float& running_sum, float* out) {
   if (block_max > running_max) {
     // The first block rescales the zero state by exp(-inf) = 0, harmlessly.
     const float rescale =
@@ -258,18 +283,18 @@ PS_TARGET_AVX512 inline void update_with_block(const float* q, const float* keys
   __m512 sum_v = _mm512_setzero_ps();
   for (int j = 0; j < n_valid; j += 16) {
     const __mmask16 m = tail_mask(n_valid - j);
-    const __m512 w = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), max_v));
+    const __m512 w = exp_nonpositive(_mm512_sub_ps(load_lanes(scores + j, m), max_v));
     sum_v = _mm512_add_ps(sum_v, _mm512_maskz_mov_ps(m, w));
-    _mm512_mask_storeu_ps(scores + j, m, w);
+    store_lanes(scores + j, m, w);
   }
   running_sum += _mm512_reduce_add_ps(sum_v);
-  accumulate_values(scores, values, n_valid, d, out);
 }
 
 // Up to kMaxQueries consecutive query tokens of one sequence (positions first_pos, +1, ...) and
 // up to kMaxGroup heads sharing one KV head, walked over the blocks together: each block's keys
 // and values are loaded once and serve every (query, head) from L1. Every (query, head) still
-// sees exactly the blocks and n_valid it would see alone, in the same order.
+// sees exactly the blocks and n_valid it would see alone, in the same order, with the same
+// arithmetic: only independent work of different pairs is interleaved.
 PS_TARGET_AVX512 void attend_tile(const PagedAttentionParams& p, const float* q,
                                   const int32_t* block_table, int first_pos, int num_queries,
                                   int kv_head, int num_heads, float* out) {
@@ -277,7 +302,10 @@ PS_TARGET_AVX512 void attend_tile(const PagedAttentionParams& p, const float* q,
   const long token_stride = static_cast<long>(p.num_heads) * d;
   const long head_stride = static_cast<long>(p.block_size) * d;
   const long block_stride = p.num_kv_heads * head_stride;
-  alignas(64) float scores[kMaxBlockSize + 16];
+  constexpr int kScoresStride = kMaxBlockSize + 16;
+  // Per (query, head) of the tile: its scores, then weights, of the current block.
+  alignas(64) float scores[kMaxQueries * kMaxGroup][kScoresStride];
+  float block_max[kMaxQueries][kMaxGroup];
   float running_max[kMaxQueries][kMaxGroup];
   float running_sum[kMaxQueries][kMaxGroup];
   for (int t = 0; t < num_queries; ++t) {
@@ -286,7 +314,7 @@ PS_TARGET_AVX512 void attend_tile(const PagedAttentionParams& p, const float* q,
       running_sum[t][h] = 0.0f;
       float* o = out + t * token_stride + static_cast<long>(h) * d;
       for (int i = 0; i < d; i += 16) {  // out doubles as the unnormalised accumulator
-        _mm512_mask_storeu_ps(o + i, tail_mask(d - i), _mm512_setzero_ps());
+        store_lanes(o + i, tail_mask(d - i), _mm512_setzero_ps());
       }
     }
   }
@@ -313,15 +341,33 @@ PS_TARGET_AVX512 void attend_tile(const PagedAttentionParams& p, const float* q,
     const long base = block_id * block_stride + kv_head * head_stride;
     const float* keys = p.key_cache + base;
     const float* values = p.value_cache + base;
-    for (int t = 0; t < num_queries; ++t) {
-      // Positions past the query are not read.
+    // Queries are consecutive positions, so those that see this block are a suffix of the
+    // tile: positions past a query are not read.
+    int first_t = b * p.block_size - first_pos;
+    first_t = first_t < 0 ? 0 : first_t;
+    const auto n_valid_of = [&](int t) {
       const int remaining = first_pos + t + 1 - b * p.block_size;
-      if (remaining <= 0) continue;
-      const int n_valid = remaining < p.block_size ? remaining : p.block_size;
+      return remaining < p.block_size ? remaining : p.block_size;
+    };
+    for (int t = first_t; t < num_queries; ++t) {
+      const int n_valid = n_valid_of(t);
       for (int h = 0; h < num_heads; ++h) {
-        const long offset = t * token_stride + static_cast<long>(h) * d;
-        update_with_block(q + offset, keys, values, n_valid, d, p.scale, scores, running_max[t][h],
-                          running_sum[t][h], out + offset);
+        block_max[t][h] = block_scores(q + t * token_stride + static_cast<long>(h) * d, keys,
+                                       n_valid, d, p.scale, scores[t * kMaxGroup + h]);
+      }
+    }
+    for (int t = first_t; t < num_queries; ++t) {
+      const int n_valid = n_valid_of(t);
+      for (int h = 0; h < num_heads; ++h) {
+        block_weights(block_max[t][h], n_valid, d, scores[t * kMaxGroup + h], running_max[t][h],
+                      running_sum[t][h], out + t * token_stride + static_cast<long>(h) * d);
+      }
+    }
+    for (int t = first_t; t < num_queries; ++t) {
+      const int n_valid = n_valid_of(t);
+      for (int h = 0; h < num_heads; ++h) {
+        accumulate_values(scores[t * kMaxGroup + h], values, n_valid, d,
+                          out + t * token_stride + static_cast<long>(h) * d);
       }
     }
   }

@@ -263,6 +263,18 @@ TEST(PagedAttention, SharpSoftmaxRescales) {
   run_case({1, 2, 1, 8, 16.0f, {{30, 30}}}, rng);
 }
 
+// Prefill query tiles (8 consecutive tokens) that start mid-block and straddle block
+// boundaries, after earlier context, with GQA groups at and past the 16 heads one tile walks
+// together: only a suffix of each tile sees a tile's last block.
+TEST(PagedAttention, QueryTilesStraddlingBlocks) {
+  std::mt19937 rng(6);
+  for (int group : {1, 16, 20}) {
+    run_case({16, 1, group, 64, 2.0f, {{45, 21}, {37, 37}, {70, 3}}}, rng);
+    run_case({5, 2, group, 24, 2.0f, {{29, 19}, {13, 13}}}, rng);
+    if (HasFailure()) return;
+  }
+}
+
 TEST(PagedAttention, RandomShapes) {
   std::mt19937 rng(5);
   const int block_sizes[] = {1, 2, 3, 8, 13, 16, 32, 128};  // 8 entries
