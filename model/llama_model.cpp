@@ -225,7 +225,7 @@ std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& 
                           c.rms_norm_eps);
 
     kernels::matmul_packed(h.data(), w.w_gate_up, gate_up.data(), num_tokens, pool_, isa_);
-    kernels::silu_and_mul_stacked(gate_up.data(), act.data(), num_tokens, ffn, pool_);
+    kernels::silu_and_mul_stacked(gate_up.data(), act.data(), num_tokens, ffn, pool_, isa_);
     kernels::matmul_packed(act.data(), w.w_down, proj.data(), num_tokens, pool_, isa_);
     if (l + 1 < c.num_hidden_layers) {
       // The residual add fused with the next layer's input norm.

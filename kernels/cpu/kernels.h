@@ -43,8 +43,10 @@ void silu_and_mul(const float* gate, const float* up, float* out, int64_t n);
 // out[r, i] = silu(gate_up[r, i]) * gate_up[r, ffn + i]. gate_up: [num_rows, 2 ffn];
 // out: [num_rows, ffn], not aliasing gate_up.
 // With a pool, rows are split across threads (each element's arithmetic is unchanged).
+// Isa::kAvx512 uses a vectorised exp (a different rounding from std::exp, the same whatever the
+// rows or the split); the other ISAs use std::exp.
 void silu_and_mul_stacked(const float* gate_up, float* out, int num_rows, int ffn,
-                          ThreadPool* pool = nullptr);
+                          ThreadPool* pool = nullptr, Isa isa = Isa::kPortable);
 
 // One layer's paged KV cache. Block b holds block_size consecutive token positions of one
 // sequence; token slot s lives in block s / block_size at offset s % block_size.

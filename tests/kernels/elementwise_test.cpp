@@ -3,10 +3,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace pagedserve::kernels {
@@ -123,6 +126,45 @@ TEST(SiluAndMul, MatchesReferenceIncludingAliasing) {
     auto up_alias = up;
     silu_and_mul(gate.data(), up_alias.data(), up_alias.data(), n);
     EXPECT_TRUE(all_close(up_alias.data(), expected, 1e-6, 1e-5));
+  }
+}
+
+// The stacked form the model uses, on every ISA: against the double reference (including
+// gates whose exp overflows or underflows), and bit for bit the same whatever the thread split
+// and whichever other rows are computed with a row (batch invariance).
+TEST(SiluAndMul, StackedMatchesReferenceOnEveryIsaAndSplit) {
+  std::mt19937 rng(6);
+  ThreadPool pool(2);
+  for (int ffn : {1, 15, 16, 17, 100, 2048}) {
+    const int rows = 5;
+    SCOPED_TRACE(::testing::Message() << "ffn=" << ffn);
+    auto gate_up = random_floats(rng, static_cast<size_t>(rows) * 2 * ffn, -12.0f, 12.0f);
+    gate_up[0] = -100.0f;
+    gate_up[static_cast<size_t>(2) * ffn] = 100.0f;            // row 1's first gate
+    gate_up[static_cast<size_t>(4) * ffn + ffn - 1] = -0.0f;   // row 2's last gate
+    gate_up[static_cast<size_t>(6) * ffn + ffn / 2] = 1e-30f;  // row 3, a tiny gate
+    std::vector<double> expected;
+    for (int r = 0; r < rows; ++r) {
+      const auto* row = gate_up.data() + static_cast<size_t>(r) * 2 * ffn;
+      const auto e = silu_reference(std::vector<float>(row, row + ffn),
+                                    std::vector<float>(row + ffn, row + 2 * ffn));
+      expected.insert(expected.end(), e.begin(), e.end());
+    }
+    for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+      if (!isa_supported(isa)) continue;
+      SCOPED_TRACE(isa_name(isa));
+      std::vector<float> out(static_cast<size_t>(rows) * ffn);
+      silu_and_mul_stacked(gate_up.data(), out.data(), rows, ffn, nullptr, isa);
+      EXPECT_TRUE(all_close(out.data(), expected, 1e-6, 1e-5));
+      std::vector<float> pooled(out.size());
+      silu_and_mul_stacked(gate_up.data(), pooled.data(), rows, ffn, &pool, isa);
+      EXPECT_EQ(0, std::memcmp(pooled.data(), out.data(), out.size() * sizeof(float)));
+      std::vector<float> alone(ffn);  // row 3 by itself
+      silu_and_mul_stacked(gate_up.data() + static_cast<size_t>(3) * 2 * ffn, alone.data(), 1, ffn,
+                           nullptr, isa);
+      EXPECT_EQ(0, std::memcmp(alone.data(), out.data() + static_cast<size_t>(3) * ffn,
+                               alone.size() * sizeof(float)));
+    }
   }
 }
 
