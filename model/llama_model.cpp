@@ -197,6 +197,11 @@ std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& 
   attention.block_size = cache.block_size();
   attention.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
 
+  // The rotary angles depend only on the positions: computed once for every layer.
+  std::vector<float> rope_cos_sin(static_cast<size_t>(num_tokens) * head_dim);
+  kernels::rope_cos_sin(batch.positions.data(), num_tokens, head_dim, c.rope_theta,
+                        rope_cos_sin.data(), pool_);
+
   if (!layers_.empty()) {
     kernels::rms_norm(x.data(), layers_[0].input_norm.data(), h.data(), num_tokens, hidden,
                       c.rms_norm_eps);
@@ -212,9 +217,8 @@ std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& 
       std::copy_n(row + q_width + kv_width, kv_width,
                   v.begin() + static_cast<size_t>(t) * kv_width);
     }
-    kernels::rope_rotate_half(q.data(), k.data(), batch.positions.data(), num_tokens,
-                              c.num_attention_heads, c.num_key_value_heads, head_dim, c.rope_theta,
-                              pool_);
+    kernels::rope_rotate_half_table(q.data(), k.data(), rope_cos_sin.data(), num_tokens,
+                                    c.num_attention_heads, c.num_key_value_heads, head_dim, pool_);
     const kernels::KvCacheView layer_cache = cache.layer(l);
     kernels::write_kv(k.data(), v.data(), batch.slot_mapping.data(), num_tokens, layer_cache);
     attention.key_cache = layer_cache.key;

@@ -29,6 +29,15 @@ void add_rms_norm(float* x, const float* delta, const float* weight, float* out,
 void rope_rotate_half(float* q, float* k, const int32_t* positions, int num_tokens, int num_heads,
                       int num_kv_heads, int head_dim, float theta, ThreadPool* pool = nullptr);
 
+// rope_rotate_half in two steps, so a forward pass computes the trigonometry once for all its
+// layers: rope_cos_sin fills cos_sin ([num_tokens, head_dim]: the cos of pair i at [t, i], its
+// sin at [t, head_dim/2 + i]); rope_rotate_half_table applies it. Together they give exactly
+// rope_rotate_half's bits (it is implemented with them).
+void rope_cos_sin(const int32_t* positions, int num_tokens, int head_dim, float theta,
+                  float* cos_sin, ThreadPool* pool = nullptr);
+void rope_rotate_half_table(float* q, float* k, const float* cos_sin, int num_tokens, int num_heads,
+                            int num_kv_heads, int head_dim, ThreadPool* pool = nullptr);
+
 // out = x * w^T, the layout of a Hugging Face Linear layer, on unpacked float32 weights (for
 // weights used once; the executor's layers use matmul_packed in packed_matmul.h).
 // x: [m, k]; w: [n, k]; out: [m, n]. With a pool, rows of w (columns of out) are split across

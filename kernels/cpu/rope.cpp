@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/thread_pool.h"
@@ -28,34 +29,50 @@ void rotate_heads(float* x, int num_heads, int head_dim, int i0, int count, cons
 
 }  // namespace
 
+void rope_cos_sin(const int32_t* positions, int num_tokens, int head_dim, float theta,
+                  float* cos_sin, ThreadPool* pool) {
+  assert(positions != nullptr && cos_sin != nullptr && num_tokens >= 0);
+  assert(head_dim > 0 && head_dim % 2 == 0 && theta > 0.0f);
+  const int half = head_dim / 2;
+  // Angles are formed in double: pos * inv_freq in float loses ~1e-4 rad at positions in the
+  // thousands, far more than the rounding of the rotation itself. The cos and sin in double
+  // dominate the cost (~50 FLOP-equivalents per pair) when splitting tokens.
+  std::vector<double> inv_freq(half);
+  for (int i = 0; i < half; ++i) {
+    inv_freq[i] = std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
+  }
+  parallel_for(pool, num_tokens, 50.0 * num_tokens * half, [&](int64_t t) {
+    float* row = cos_sin + t * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const double angle = positions[t] * inv_freq[i];
+      row[i] = static_cast<float>(std::cos(angle));
+      row[half + i] = static_cast<float>(std::sin(angle));
+    }
+  });
+}
+
+void rope_rotate_half_table(float* q, float* k, const float* cos_sin, int num_tokens, int num_heads,
+                            int num_kv_heads, int head_dim, ThreadPool* pool) {
+  assert(q != nullptr && k != nullptr && cos_sin != nullptr);
+  assert(num_tokens >= 0 && num_heads > 0 && num_kv_heads > 0);
+  assert(head_dim > 0 && head_dim % 2 == 0);
+  const int half = head_dim / 2;
+  parallel_for(
+      pool, num_tokens, 6.0 * num_tokens * (num_heads + num_kv_heads) * half, [&](int64_t t) {
+        const float* cos_a = cos_sin + t * head_dim;
+        const float* sin_a = cos_a + half;
+        rotate_heads(q + t * num_heads * head_dim, num_heads, head_dim, 0, half, cos_a, sin_a);
+        rotate_heads(k + t * num_kv_heads * head_dim, num_kv_heads, head_dim, 0, half, cos_a,
+                     sin_a);
+      });
+}
+
 void rope_rotate_half(float* q, float* k, const int32_t* positions, int num_tokens, int num_heads,
                       int num_kv_heads, int head_dim, float theta, ThreadPool* pool) {
   assert(q != nullptr && k != nullptr && positions != nullptr);
-  assert(num_tokens >= 0 && num_heads > 0 && num_kv_heads > 0);
-  assert(head_dim > 0 && head_dim % 2 == 0 && theta > 0.0f);
-  const int half = head_dim / 2;
-  // Pairs are handled kChunk at a time so the frequencies and angles fit in stack arrays for
-  // any head_dim. Angles are formed in double: pos * inv_freq in float loses ~1e-4 rad at
-  // positions in the thousands, far more than the rounding of the rotation itself. The cos and
-  // sin in double dominate the cost (~50 FLOP-equivalents per pair) when splitting tokens.
-  constexpr int kChunk = 64;
-  parallel_for(pool, num_tokens, 50.0 * num_tokens * half, [&](int64_t t) {
-    double inv_freq[kChunk];
-    float cos_a[kChunk];
-    float sin_a[kChunk];
-    for (int i0 = 0; i0 < half; i0 += kChunk) {
-      const int count = std::min(kChunk, half - i0);
-      for (int i = 0; i < count; ++i) {
-        inv_freq[i] = std::pow(static_cast<double>(theta), -2.0 * (i0 + i) / head_dim);
-        const double angle = positions[t] * inv_freq[i];
-        cos_a[i] = static_cast<float>(std::cos(angle));
-        sin_a[i] = static_cast<float>(std::sin(angle));
-      }
-      rotate_heads(q + t * num_heads * head_dim, num_heads, head_dim, i0, count, cos_a, sin_a);
-      rotate_heads(k + t * num_kv_heads * head_dim, num_kv_heads, head_dim, i0, count, cos_a,
-                   sin_a);
-    }
-  });
+  std::vector<float> cos_sin(static_cast<size_t>(num_tokens) * head_dim);
+  rope_cos_sin(positions, num_tokens, head_dim, theta, cos_sin.data(), pool);
+  rope_rotate_half_table(q, k, cos_sin.data(), num_tokens, num_heads, num_kv_heads, head_dim, pool);
 }
 
 }  // namespace pagedserve::kernels

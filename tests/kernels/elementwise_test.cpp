@@ -129,6 +129,37 @@ TEST(SiluAndMul, MatchesReferenceIncludingAliasing) {
   }
 }
 
+// The model's form: one cos/sin table for all layers, then the rotation, split over threads.
+// Against the double reference, and bit for bit rope_rotate_half applied to one token alone.
+TEST(RopeRotateHalf, TableMatchesReferenceAndSingleTokens) {
+  std::mt19937 rng(12);
+  ThreadPool pool(2);
+  const int tokens = 37, heads = 4, kv_heads = 2;
+  for (int d : {8, 64, 160}) {
+    SCOPED_TRACE(::testing::Message() << "d=" << d);
+    std::vector<int32_t> pos(tokens);
+    for (auto& p : pos) p = random_int(rng, 0, 8000);
+    auto q = random_floats(rng, static_cast<size_t>(tokens) * heads * d);
+    auto k = random_floats(rng, static_cast<size_t>(tokens) * kv_heads * d);
+    const auto q_expected = rope_reference(q, pos, heads, d, 10000.0f);
+    const auto k_expected = rope_reference(k, pos, kv_heads, d, 10000.0f);
+    auto q_alone = q;
+    auto k_alone = k;
+    std::vector<float> cos_sin(static_cast<size_t>(tokens) * d);
+    rope_cos_sin(pos.data(), tokens, d, 10000.0f, cos_sin.data(), &pool);
+    rope_rotate_half_table(q.data(), k.data(), cos_sin.data(), tokens, heads, kv_heads, d, &pool);
+    EXPECT_TRUE(all_close(q.data(), q_expected, 1e-6, 1e-5));
+    EXPECT_TRUE(all_close(k.data(), k_expected, 1e-6, 1e-5));
+    for (int t = 0; t < tokens; ++t) {
+      rope_rotate_half(q_alone.data() + static_cast<size_t>(t) * heads * d,
+                       k_alone.data() + static_cast<size_t>(t) * kv_heads * d, &pos[t], 1, heads,
+                       kv_heads, d, 10000.0f);
+    }
+    EXPECT_EQ(0, std::memcmp(q_alone.data(), q.data(), q.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(k_alone.data(), k.data(), k.size() * sizeof(float)));
+  }
+}
+
 // The stacked form the model uses, on every ISA: against the double reference (including
 // gates whose exp overflows or underflows), and bit for bit the same whatever the thread split
 // and whichever other rows are computed with a row (batch invariance).
