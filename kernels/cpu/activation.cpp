@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cmath>
 
+#include "kernels/cpu/exp_avx512.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/thread_pool.h"
@@ -17,26 +18,6 @@
 
 namespace pagedserve::kernels {
 namespace {
-
-// exp(x) over the whole float range: x clamped to [-87, 88] (beyond, silu is g or 0 to float
-// precision anyway), x = n ln2 + r with |r| <= ln2 / 2, a degree-7 Taylor polynomial for e^r
-// (truncation below 1e-8 relative), scaled by 2^n.
-PS_TARGET_AVX512 inline __m512 exp_avx512(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);   // ln2 high bits
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723212e-6f), r);  // ln2 low bits
-  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
 
 // One row of silu(gate) * up, 16 lanes at a time (the tail masked). Scalar std::exp made this
 // stage ~5% of a 512-token prefill.

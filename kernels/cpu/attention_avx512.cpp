@@ -7,6 +7,7 @@
 
 #include <cassert>
 
+#include "kernels/cpu/exp_avx512.h"
 #include "kernels/cpu/kernels.h"
 
 // GCC 12's intrinsics for max, roundscale, scalef and the reductions start from
@@ -136,26 +137,6 @@ PS_TARGET_AVX512 inline __m512 dot16(const float* q, const float* keys, int d, i
   }
 }
 
-// exp(x) for x <= 0 (scores minus their running max): x = n ln2 + r with |r| <= ln2 / 2, a
-// degree-7 Taylor polynomial for e^r (truncation below 1e-8 relative), scaled by 2^n. Inputs
-// below -87 give about e^-87, which no softmax sum notices.
-PS_TARGET_AVX512 inline __m512 exp_nonpositive(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);   // ln2 high bits
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723212e-6f), r);  // ln2 low bits
-  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
-
 PS_TARGET_AVX512 inline void scale_in_place(float* v, int d, float factor) {
   const __m512 f = _mm512_set1_ps(factor);
   for (int i = 0; i < d; i += 16) {
@@ -274,7 +255,7 @@ PS_TARGET_AVX512 inline void block_weights(float block_max, int n_valid, int d, 
     const float rescale =
         running_max == -__builtin_inff()
             ? 0.0f
-            : _mm512_cvtss_f32(exp_nonpositive(_mm512_set1_ps(running_max - block_max)));
+            : _mm512_cvtss_f32(exp_avx512(_mm512_set1_ps(running_max - block_max)));
     running_sum *= rescale;
     scale_in_place(out, d, rescale);
     running_max = block_max;
@@ -283,7 +264,7 @@ PS_TARGET_AVX512 inline void block_weights(float block_max, int n_valid, int d, 
   __m512 sum_v = _mm512_setzero_ps();
   for (int j = 0; j < n_valid; j += 16) {
     const __mmask16 m = tail_mask(n_valid - j);
-    const __m512 w = exp_nonpositive(_mm512_sub_ps(load_lanes(scores + j, m), max_v));
+    const __m512 w = exp_avx512(_mm512_sub_ps(load_lanes(scores + j, m), max_v));
     sum_v = _mm512_add_ps(sum_v, _mm512_maskz_mov_ps(m, w));
     store_lanes(scores + j, m, w);
   }

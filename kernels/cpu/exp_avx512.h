@@ -1,0 +1,38 @@
+// exp over 16 float lanes, for the AVX-512 kernels that need it (SiLU-and-multiply, the online
+// softmax of paged attention). Include it only from translation units that already pick their
+// AVX-512 paths at run time (isa.h): the function carries its own target attribute.
+#pragma once
+
+#include <immintrin.h>
+
+// GCC 12's roundscale and scalef intrinsics start from _mm512_undefined_ps, which
+// -Wmaybe-uninitialized reports as a false positive once inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace pagedserve::kernels {
+
+// x clamped to [-87, 88] (beyond, e^x is 0 or inf to float precision in every use here),
+// x = n ln2 + r with |r| <= ln2 / 2, a degree-7 Taylor polynomial for e^r (truncation below
+// 1e-8 relative), scaled by 2^n.
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline __m512 exp_avx512(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);   // ln2 high bits
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723212e-6f), r);  // ln2 low bits
+  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+}  // namespace pagedserve::kernels
+
+#pragma GCC diagnostic pop
