@@ -17,9 +17,20 @@ namespace pagedserve::actors {
 
 namespace {
 
-// The scheduler settings both devices share, from the resolved config.
-void set_up_scheduler(EngineSetup& setup, const std::vector<int>& model_eos) {
-  const EngineConfig& config = setup.config;
+// What every device shares once its KV pool is sized (config.num_kv_blocks, and the CPU
+// pool for swapping): the preemption mode, the block manager's and the scheduler's settings.
+void set_up_scheduler(EngineSetup& setup, int num_cpu_blocks, const std::vector<int>& model_eos) {
+  EngineConfig& config = setup.config;
+  config.preemption_mode = config.preemption_mode.value_or(
+      num_cpu_blocks > 0 ? PreemptionMode::kSwap : PreemptionMode::kRecompute);
+  if (config.preemption_mode == PreemptionMode::kSwap && num_cpu_blocks == 0) {
+    throw std::invalid_argument(
+        "--preemption-mode swap needs --swap-space (a CPU pool of at least one KV block)");
+  }
+  setup.blocks.block_size = config.block_size;
+  setup.blocks.num_device_blocks = config.num_kv_blocks;
+  setup.blocks.num_cpu_blocks = num_cpu_blocks;
+  setup.blocks.enable_prefix_caching = config.enable_prefix_caching;
   SchedulerConfig& sched = setup.scheduler;
   sched.preemption_mode = *config.preemption_mode;
   sched.max_num_seqs = config.max_num_seqs;
@@ -55,17 +66,7 @@ EngineSetup set_up_sim_engine(EngineSetup setup) {
         " blocks) cannot hold one max_model_len sequence (" + std::to_string(needed) + " blocks)");
   }
   const int num_cpu_blocks = static_cast<int>(config.swap_space_bytes / block_bytes);
-  config.preemption_mode = config.preemption_mode.value_or(
-      num_cpu_blocks > 0 ? PreemptionMode::kSwap : PreemptionMode::kRecompute);
-  if (config.preemption_mode == PreemptionMode::kSwap && num_cpu_blocks == 0) {
-    throw std::invalid_argument(
-        "--preemption-mode swap needs --swap-space (a CPU pool of at least one KV block)");
-  }
-  setup.blocks.block_size = config.block_size;
-  setup.blocks.num_device_blocks = config.num_kv_blocks;
-  setup.blocks.num_cpu_blocks = num_cpu_blocks;
-  setup.blocks.enable_prefix_caching = config.enable_prefix_caching;
-  set_up_scheduler(setup, {});
+  set_up_scheduler(setup, num_cpu_blocks, {});
   setup.executor = std::make_unique<SimExecutor>(std::move(profile), config.block_size,
                                                  config.num_kv_blocks, num_cpu_blocks);
   return setup;
@@ -167,19 +168,7 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
   }
   cache::check_max_model_len_fits(shape, config.num_kv_blocks, config.max_model_len);
 
-  config.preemption_mode = config.preemption_mode.value_or(
-      num_cpu_blocks > 0 ? PreemptionMode::kSwap : PreemptionMode::kRecompute);
-  if (config.preemption_mode == PreemptionMode::kSwap && num_cpu_blocks == 0) {
-    throw std::invalid_argument(
-        "--preemption-mode swap needs --swap-space (a CPU pool of at least one KV block)");
-  }
-
-  setup.blocks.block_size = config.block_size;
-  setup.blocks.num_device_blocks = config.num_kv_blocks;
-  setup.blocks.num_cpu_blocks = num_cpu_blocks;
-  setup.blocks.enable_prefix_caching = config.enable_prefix_caching;
-
-  set_up_scheduler(setup, mc.eos_token_ids);
+  set_up_scheduler(setup, num_cpu_blocks, mc.eos_token_ids);
 
   if (!cuda) {
     setup.executor = std::make_unique<CpuExecutor>(
