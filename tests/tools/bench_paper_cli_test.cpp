@@ -11,25 +11,14 @@
 #include <string>
 
 #include "tests/test_paths.h"
+#include "tests/tools/run_pagedserve.h"
 
 namespace {
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;
-};
+using pagedserve::testing::CommandResult;
 
-CommandResult run(const std::string& args) {
-  CommandResult result;
-  FILE* pipe = popen((std::string(PAGEDSERVE_BINARY) + " " + args + " 2>&1").c_str(), "r");
-  if (!pipe) return result;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    result.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+CommandResult run(const std::string& args, bool keep_stderr_apart = false) {
+  return pagedserve::testing::run_pagedserve(args, keep_stderr_apart);
 }
 
 std::filesystem::path write_profile(const std::filesystem::path& dir) {

@@ -12,28 +12,14 @@
 #include <string>
 
 #include "tests/test_paths.h"
+#include "tests/tools/run_pagedserve.h"
 
 namespace {
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using pagedserve::testing::CommandResult;
 
-// stdout and (unless keep_stderr_apart) stderr of `pagedserve args`.
 CommandResult run(const std::string& args, bool keep_stderr_apart = false) {
-  const std::string command =
-      std::string(PAGEDSERVE_BINARY) + " " + args + (keep_stderr_apart ? " 2>/dev/null" : " 2>&1");
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return result;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    result.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return pagedserve::testing::run_pagedserve(args, keep_stderr_apart);
 }
 
 std::string model_flag() { return "--model " + pagedserve::testing::stories260k_dir().string(); }

@@ -12,25 +12,14 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/tools/run_pagedserve.h"
+
 namespace {
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;
-};
+using pagedserve::testing::CommandResult;
 
-CommandResult run(const std::string& args) {
-  const std::string command = std::string(PAGEDSERVE_BINARY) + " " + args + " 2>&1";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return result;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    result.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+CommandResult run(const std::string& args, bool keep_stderr_apart = false) {
+  return pagedserve::testing::run_pagedserve(args, keep_stderr_apart);
 }
 
 std::string read_bytes(const std::filesystem::path& path) {
