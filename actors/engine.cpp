@@ -8,6 +8,8 @@
 //                                                         step waits while one runs
 //   scheduler      --DecodeBatch----> [tokenizer thread]   decode loop -> RequestStream
 //   client aborts  --CheckAborts----> [scheduler thread]   (try_send; plus a flag if full)
+//   scheduler      --ApplyMemoryOps-> [prefix-cache thread] one per step, capacity 1: the
+//   prefix cache   --MemoryOpsApplied-> [scheduler thread]  scheduler awaits each reply
 // The EncodeRequest channel holds max_unfinished_requests, so the registry's admission limit
 // is the one place a client waits.
 #include "actors/engine.h"
@@ -19,6 +21,7 @@
 
 #include "actors/engine_setup.h"
 #include "actors/executor_actor.h"
+#include "actors/prefix_cache_actor.h"
 #include "actors/runtime/actor_thread.h"
 #include "actors/runtime/request_registry.h"
 #include "actors/runtime/stats_board.h"
@@ -64,13 +67,17 @@ struct Engine::Impl {
   runtime::ActorThread tokenizer_thread{"tokenizer"};
   runtime::ActorThread scheduler_thread{"scheduler"};
   runtime::ActorThread executor_thread{"executor"};
+  runtime::ActorThread prefix_cache_thread{"prefix-cache"};
 
   runtime::Channel<runtime::EncodeRequest> encode_inbox;
   runtime::Channel<runtime::DecodeBatch> decode_inbox;
   runtime::Channel<runtime::SchedulerMessage> scheduler_inbox;
   runtime::Channel<runtime::ExecuteStep> executor_inbox;
+  runtime::Channel<runtime::ApplyMemoryOps> prefix_cache_inbox;
+  runtime::Channel<runtime::MemoryOpsApplied> prefix_cache_reply;
 
   std::unique_ptr<ExecutorActor> executor_actor;
+  std::unique_ptr<PrefixCacheActor> prefix_cache_actor;
   std::unique_ptr<SchedulerActor> scheduler_actor;
   std::unique_ptr<TokenizerActor> tokenizer_actor;
 };
@@ -87,7 +94,9 @@ Engine::Impl::Impl(const EngineConfig& config_in, const EngineOptions& options_i
                    static_cast<size_t>(std::max(options_in.channel_capacity, 1))),
       scheduler_inbox(scheduler_thread.executor(),
                       static_cast<size_t>(std::max(options_in.channel_capacity, 1))),
-      executor_inbox(executor_thread.executor(), 2) {}
+      executor_inbox(executor_thread.executor(), 2),
+      prefix_cache_inbox(prefix_cache_thread.executor(), 1),
+      prefix_cache_reply(scheduler_thread.executor(), 1) {}
 
 std::unique_ptr<Engine> Engine::start(const EngineConfig& config_in, const EngineOptions& options) {
   EngineSetup setup = set_up_engine(config_in);
@@ -101,18 +110,24 @@ std::unique_ptr<Engine> Engine::start(const EngineConfig& config_in, const Engin
   Impl& s = *impl;
   s.executor_actor = std::make_unique<ExecutorActor>(std::move(executor), s.executor_inbox,
                                                      s.scheduler_inbox, s.stats);
-  s.scheduler_actor = std::make_unique<SchedulerActor>(sched, s.scheduler_inbox, s.executor_inbox,
-                                                       s.decode_inbox, s.stats);
+  s.prefix_cache_actor = std::make_unique<PrefixCacheActor>(
+      cache::make_kv_allocator(setup.scheduler.kv_allocator, setup.blocks), s.prefix_cache_inbox,
+      s.prefix_cache_reply);
+  s.scheduler_actor = std::make_unique<SchedulerActor>(
+      sched, s.scheduler_inbox, s.executor_inbox, s.decode_inbox,
+      PrefixCacheLink{s.prefix_cache_inbox, s.prefix_cache_reply}, s.stats);
   s.tokenizer_actor = std::make_unique<TokenizerActor>(
       tokenizer, TokenizerActorLimits{config, vocab_size}, s.registry, s.encode_inbox,
       s.decode_inbox, s.scheduler_inbox);
   s.registry->set_abort_hook([actor = s.scheduler_actor.get()] { actor->notify_abort(); });
 
   s.executor_thread.spawn(s.executor_actor->run());
+  s.prefix_cache_thread.spawn(s.prefix_cache_actor->run());
   s.scheduler_thread.spawn(s.scheduler_actor->run());
   s.tokenizer_thread.spawn(s.tokenizer_actor->encode_loop());
   s.tokenizer_thread.spawn(s.tokenizer_actor->decode_loop());
   s.executor_thread.start();
+  s.prefix_cache_thread.start();
   s.scheduler_thread.start();
   s.tokenizer_thread.start();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -168,6 +183,10 @@ void Engine::Impl::shutdown() {
   const auto join_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   scheduler_thread.join_until(join_deadline);
   executor_thread.join_until(join_deadline);
+  // After the scheduler: its last act is handing the allocator the frees still queued.
+  prefix_cache_inbox.close();
+  prefix_cache_reply.close();
+  prefix_cache_thread.join_until(join_deadline);
   decode_inbox.close();
   tokenizer_thread.join_until(join_deadline);
   // 4. No actor is left to end a stream that did not drain in time: end it here.

@@ -12,7 +12,11 @@ LlmEngine::LlmEngine(const EngineConfig& config, bool overlap) : overlap_(overla
   config_ = setup.config;
   tokenizer_ = std::move(setup.tokenizer);
   executor_ = std::move(setup.executor);
-  scheduler_ = std::make_unique<Scheduler>(setup.scheduler, setup.blocks);
+  // The actor protocol on one thread: plan from the scheduler's own view of memory, apply the
+  // step's memory-op list to the allocator in one go (what the PrefixCacheActor does).
+  SchedulerConfig scheduler_config = setup.scheduler;
+  scheduler_config.kv_placement = KvMemoryPlacement::kMirrored;
+  scheduler_ = std::make_unique<Scheduler>(scheduler_config, setup.blocks);
   processor_ = std::make_unique<OutputProcessor>(*tokenizer_);
   seed_state_ = std::random_device{}();
 }

@@ -46,10 +46,77 @@ const char* preemption_mode_name(PreemptionMode mode) {
 }
 
 Scheduler::Scheduler(const SchedulerConfig& config, const cache::BlockManagerConfig& blocks)
-    : config_(config), kv_(cache::make_kv_allocator(config.kv_allocator, blocks)) {
+    : config_(config) {
   if (config_.max_num_batched_tokens < 1 || config_.max_num_seqs < 1) {
     throw std::invalid_argument("Scheduler: max_num_batched_tokens and max_num_seqs must be >= 1");
   }
+  if (config_.kv_placement != KvMemoryPlacement::kRemote) {
+    owned_ = cache::make_kv_allocator(config.kv_allocator, blocks);
+  }
+  if (config_.kv_placement == KvMemoryPlacement::kDirect) {
+    kv_ = owned_.get();
+    direct_ = std::make_unique<cache::KvMemoryApplier>(*owned_);
+  } else if (config.kv_allocator == cache::KvAllocatorKind::kPaged) {
+    auto mirror = std::make_unique<cache::PagedKvMirror>(blocks);
+    paged_mirror_ = mirror.get();
+    mirror_storage_ = std::move(mirror);
+    kv_ = mirror_storage_.get();
+  } else {
+    // A reserving allocator's state is a pure function of its op stream (no prefix cache, no
+    // swap), so a replica fed the same ops answers reserve() exactly as the real one will.
+    mirror_storage_ = cache::make_kv_allocator(config.kv_allocator, blocks);
+    kv_ = mirror_storage_.get();
+  }
+  memory_ = cache::snapshot_of(*kv_);
+}
+
+Scheduler::~Scheduler() = default;
+
+void Scheduler::emit(cache::KvMemoryOp op) {
+  if (direct_) {
+    direct_->apply(op);
+    return;
+  }
+  cache::KvMemoryApplier(*kv_).apply(op);
+  ops_.push_back(std::move(op));
+}
+
+cache::KvMemoryOps Scheduler::take_memory_ops() {
+  cache::KvMemoryOps ops = std::move(ops_);
+  ops_.clear();
+  return ops;
+}
+
+void Scheduler::apply_result(const cache::KvMemoryResult& result) {
+  if (paged_mirror_ != nullptr) paged_mirror_->reconcile(result);
+  memory_ = result.snapshot;
+}
+
+void Scheduler::absorb_memory_result(const cache::KvMemoryResult& result) {
+  if (!result.swap_out.empty() || !result.swap_in.empty()) {
+    throw std::logic_error("Scheduler::absorb_memory_result: swaps outside a step");
+  }
+  apply_result(result);
+  // Fork copies (reserve-*): the next step runs them first.
+  pending_fork_copies_.insert(pending_fork_copies_.end(), result.block_copies.begin(),
+                              result.block_copies.end());
+}
+
+void Scheduler::flush_owned() {
+  if (config_.kv_placement != KvMemoryPlacement::kMirrored || ops_.empty()) return;
+  absorb_memory_result(cache::apply_kv_memory_ops(*owned_, take_memory_ops()));
+}
+
+cache::KvMemorySnapshot Scheduler::memory_snapshot() const {
+  return owned_ ? cache::snapshot_of(*owned_) : memory_;
+}
+
+const cache::KvAllocator& Scheduler::kv_allocator() const {
+  if (!owned_) {
+    throw std::logic_error(
+        "Scheduler::kv_allocator: the allocator lives in the prefix-cache actor (kRemote)");
+  }
+  return *owned_;
 }
 
 void Scheduler::add(NewRequest request) {
@@ -79,12 +146,12 @@ const SequenceGroup* Scheduler::group(uint64_t request_id) const {
 
 SchedulerStats Scheduler::stats() const {
   SchedulerStats stats = stats_;
-  stats.prefix_cache_hit_tokens = kv_->prefix_cache_hits_tokens();
+  stats.prefix_cache_hit_tokens = memory_snapshot().prefix_cache_hits_tokens;
   return stats;
 }
 
 const cache::BlockManager& Scheduler::block_manager() const {
-  const cache::BlockManager* manager = kv_->block_manager();
+  const cache::BlockManager* manager = kv_allocator().block_manager();
   if (manager == nullptr) {
     throw std::logic_error(std::string("Scheduler::block_manager: the KV allocator is ") +
                            cache::kv_allocator_name(kv_->kind()) + ", not paged");
@@ -113,9 +180,11 @@ void Scheduler::reserve_planned(SequenceGroup& group, PlannedGroup& plan) {
   std::vector<PlannedSeq> kept;
   for (PlannedSeq& planned : plan.seqs) {
     if (planned.allocate) {
-      if (!kv_->reserve(planned.seq_id, reservation(group, *group.find(planned.seq_id)))) {
-        continue;
-      }
+      const cache::SeqReservation future = reservation(group, *group.find(planned.seq_id));
+      if (!kv_->reserve(planned.seq_id, future)) continue;
+      // kDirect: kv_ is the allocator itself. Otherwise the view (a replica) has reserved, and
+      // the op list repeats it for the allocator, where it fits the same way.
+      if (!direct_) ops_.push_back(cache::KvMemoryOp::reserve(planned.seq_id, future));
       planned.num_blocks = 0;  // taken now: no longer pending in the budget
     }
     kept.push_back(planned);
@@ -123,9 +192,9 @@ void Scheduler::reserve_planned(SequenceGroup& group, PlannedGroup& plan) {
   plan.seqs = std::move(kept);
 }
 
+// Its copies (reserve-* only) come back in the next op list's result, ahead of the step's own.
 void Scheduler::fork_seq(uint64_t parent, uint64_t child) {
-  const std::vector<cache::BlockCopy> copies = kv_->fork(parent, child);
-  pending_fork_copies_.insert(pending_fork_copies_.end(), copies.begin(), copies.end());
+  emit(cache::KvMemoryOp::fork(parent, child));
 }
 
 int Scheduler::max_running_seqs(const SequenceGroup& group) const {
@@ -159,6 +228,7 @@ bool Scheduler::is_in_flight(uint64_t seq_id) const {
 }
 
 bool Scheduler::can_schedule() const {
+  if (planned_) return false;
   if (in_flight_.empty()) return true;
   return in_flight_.size() == 1 && in_flight_.front().next_can_be_planned;
 }
@@ -279,7 +349,7 @@ void Scheduler::commit(PlannedGroup plan, std::vector<PlannedGroup>& plans, Budg
 
 // ---- phase 1: running groups, preempting when blocks run out ----
 
-bool Scheduler::plan_running(StepInput& step, std::vector<PlannedGroup>& plans, Budget& budget) {
+bool Scheduler::plan_running(std::vector<PlannedGroup>& plans, Budget& budget) {
   bool preempted = false;
   for (size_t i = 0; i < running_.size(); ++i) {
     SequenceGroup& group = groups_.at(running_[i]);
@@ -303,7 +373,7 @@ bool Scheduler::plan_running(StepInput& step, std::vector<PlannedGroup>& plans, 
         break;
       }
       if (&victim != &group) budget.tokens += num_decode_seqs(victim);
-      preempt(victim, step);
+      preempt(victim);
       preempted = true;
       if (&victim == &group) {
         dropped = true;
@@ -331,7 +401,7 @@ int Scheduler::blocks_to_resume(SequenceGroup& group) const {
   return static_cast<int>(distinct.size());
 }
 
-void Scheduler::resume_swapped(StepInput& step, std::vector<PlannedGroup>& plans, Budget& budget) {
+void Scheduler::resume_swapped(std::vector<PlannedGroup>& plans, Budget& budget) {
   while (!swapped_.empty() && budget.tokens > 0) {
     SequenceGroup& group = groups_.at(swapped_.front());
     if (group.has_pending_samples()) break;  // swapped out while sampling: its token comes first
@@ -340,9 +410,7 @@ void Scheduler::resume_swapped(StepInput& step, std::vector<PlannedGroup>& plans
     const int need = blocks_to_resume(group) + group.num_live();
     if (need > free_blocks(budget) - kv_->watermark_blocks()) break;
     for (Sequence* seq : group.live()) {
-      if (!kv_->has_sequence(seq->seq_id)) continue;
-      const std::vector<cache::BlockCopy> copies = kv_->swap_in(seq->seq_id);
-      step.swap_in.insert(step.swap_in.end(), copies.begin(), copies.end());
+      if (kv_->has_sequence(seq->seq_id)) emit(cache::KvMemoryOp::swap_in(seq->seq_id));
     }
     swapped_.pop_front();
     group.status = GroupStatus::kRunning;
@@ -388,7 +456,7 @@ void Scheduler::admit_waiting(std::vector<PlannedGroup>& plans, Budget& budget) 
     reserve_planned(group, plan);
     if (plan.seqs.empty() || plan.seqs.front().seq_id != group.live().front()->seq_id) {
       for (const PlannedSeq& planned : plan.seqs) {
-        if (planned.allocate) kv_->free(planned.seq_id);
+        if (planned.allocate) emit(cache::KvMemoryOp::free(planned.seq_id));
       }
       break;
     }
@@ -401,7 +469,7 @@ void Scheduler::admit_waiting(std::vector<PlannedGroup>& plans, Budget& budget) 
 
 // ---- preemption ----
 
-void Scheduler::preempt(SequenceGroup& group, StepInput& step) {
+void Scheduler::preempt(SequenceGroup& group) {
   running_.erase(std::remove(running_.begin(), running_.end(), group.request_id), running_.end());
   ++group.num_preemptions;
   std::set<cache::BlockId> device_blocks;  // what swapping out would copy, at most
@@ -417,10 +485,9 @@ void Scheduler::preempt(SequenceGroup& group, StepInput& step) {
   for (Sequence* seq : group.live()) {
     if (!kv_->has_sequence(seq->seq_id)) continue;
     if (swap) {
-      const std::vector<cache::BlockCopy> copies = kv_->swap_out(seq->seq_id);
-      step.swap_out.insert(step.swap_out.end(), copies.begin(), copies.end());
+      emit(cache::KvMemoryOp::swap_out(seq->seq_id));
     } else {
-      kv_->free(seq->seq_id);
+      emit(cache::KvMemoryOp::free(seq->seq_id));
       seq->num_computed_tokens = 0;
     }
   }
@@ -429,7 +496,7 @@ void Scheduler::preempt(SequenceGroup& group, StepInput& step) {
     swapped_.push_front(group.request_id);
     ++stats_.num_preemptions_swap;
   } else {
-    kv_->release_group(group.request_id);
+    emit(cache::KvMemoryOp::release_group(group.request_id));
     group.status = GroupStatus::kWaiting;
     waiting_.push_front(group.request_id);
     ++stats_.num_preemptions_recompute;
@@ -438,42 +505,69 @@ void Scheduler::preempt(SequenceGroup& group, StepInput& step) {
 
 // ---- phase 3: carrying the plan out ----
 
-ScheduledSequence Scheduler::run_seq(SequenceGroup& group, Sequence& seq, const PlannedSeq& planned,
-                                     StepInput& step) {
+// A sequence hands the allocator only the tokens this step computes (see the file comment).
+// A new one: prompt[0, end) with end = min(total, hits + compute, end_cap) (KvMemoryApplier).
+// kDirect plans from the allocator itself and knows its hits: end is exactly hits + the planned
+// tokens, as planned. Planning from a view without the cache, the plan counted the prompt from
+// token 0: the step computes at most the planned tokens and takes at most the planned blocks,
+// fewer when the cache serves a prefix.
+void Scheduler::emit_plan(const std::vector<PlannedGroup>& plans) {
+  for (const PlannedGroup& plan : plans) {
+    SequenceGroup& group = groups_.at(plan.request_id);
+    for (const PlannedSeq& planned : plan.seqs) {
+      const Sequence& seq = *group.find(planned.seq_id);
+      std::vector<int32_t> tokens = group.tokens(seq);
+      if (planned.allocate) {
+        if (seq.num_pending_samples > 0) {
+          throw std::logic_error("Scheduler: allocating sequence " + std::to_string(seq.seq_id) +
+                                 " before its pending sample is known");
+        }
+        const int total = static_cast<int>(tokens.size());
+        int compute = planned.num_tokens;
+        int end_cap = planned.num_hit_tokens + planned.num_tokens;
+        if (direct_) {
+          compute = total;
+        } else if (!kv_->reserves_ahead()) {
+          end_cap = std::max(end_cap, planned.num_blocks * kv_->block_size());
+        }
+        emit(cache::KvMemoryOp::allocate(seq.seq_id, std::move(tokens), compute, end_cap));
+        continue;
+      }
+      const int start = seq.num_computed_tokens;
+      for (int i = start; i < start + planned.num_tokens; ++i) {
+        // The token the step in flight samples: its block is hashed when update() knows it.
+        emit(tokens[i] == kPlaceholderToken ? cache::KvMemoryOp::append_pending(seq.seq_id)
+                                            : cache::KvMemoryOp::append(seq.seq_id, tokens[i]));
+      }
+    }
+  }
+}
+
+ScheduledSequence Scheduler::complete_seq(SequenceGroup& group, Sequence& seq,
+                                          const PlannedSeq& planned,
+                                          const cache::KvAllocation* allocation,
+                                          const cache::KvSeqState& state) {
   ScheduledSequence scheduled;
   scheduled.request_id = group.request_id;
   scheduled.seq_id = seq.seq_id;
   const std::vector<int32_t> tokens = group.tokens(seq);
   const int total = static_cast<int>(tokens.size());
   if (planned.allocate) {
-    if (seq.num_pending_samples > 0) {
-      throw std::logic_error("Scheduler: allocating sequence " + std::to_string(seq.seq_id) +
-                             " before its pending sample is known");
+    if (allocation == nullptr) {
+      throw std::logic_error("Scheduler: no allocation came back for sequence " +
+                             std::to_string(seq.seq_id));
     }
-    // Only the tokens this step computes (see the file comment). Hits found now may differ
-    // from the plan's when this step published or evicted blocks since: fewer new tokens then.
-    const int end = std::min(planned.num_hit_tokens + planned.num_tokens, total);
-    const cache::AllocationResult allocation =
-        kv_->allocate(seq.seq_id, std::span<const int32_t>(tokens).first(end));
-    if (group.num_cached_tokens < 0) group.num_cached_tokens = allocation.num_cached_tokens;
-    seq.num_computed_tokens = allocation.num_cached_tokens;
-    scheduled.new_token_ids.assign(tokens.begin() + allocation.num_cached_tokens,
-                                   tokens.begin() + end);
+    if (group.num_cached_tokens < 0) group.num_cached_tokens = allocation->num_cached_tokens;
+    seq.num_computed_tokens = allocation->num_cached_tokens;
+    scheduled.new_token_ids.assign(tokens.begin() + allocation->num_cached_tokens,
+                                   tokens.begin() + allocation->num_tokens);
   } else {
     const int start = seq.num_computed_tokens;
     scheduled.new_token_ids.assign(tokens.begin() + start,
                                    tokens.begin() + start + planned.num_tokens);
-    for (int32_t token : scheduled.new_token_ids) {
-      // The token the step in flight samples: its block is hashed when update() knows it.
-      const std::vector<cache::BlockCopy> copies = token == kPlaceholderToken
-                                                       ? kv_->append_pending_token(seq.seq_id)
-                                                       : kv_->append_token(seq.seq_id, token);
-      step.block_copies.insert(step.block_copies.end(), copies.begin(), copies.end());
-    }
   }
   scheduled.num_computed_tokens = seq.num_computed_tokens;
-  const auto table = kv_->block_table(seq.seq_id);
-  scheduled.block_table.assign(table.begin(), table.end());
+  scheduled.block_table = state.blocks;
   scheduled.sample =
       seq.num_computed_tokens + static_cast<int>(scheduled.new_token_ids.size()) == total;
   if (!scheduled.sample) return scheduled;
@@ -511,32 +605,24 @@ ScheduledSequence Scheduler::run_seq(SequenceGroup& group, Sequence& seq, const 
   return scheduled;
 }
 
-void Scheduler::execute_plan(StepInput& step, const std::vector<PlannedGroup>& plans) {
-  for (const PlannedGroup& plan : plans) {
-    SequenceGroup& group = groups_.at(plan.request_id);
-    for (const PlannedSeq& planned : plan.seqs) {
-      Sequence* seq = group.find(planned.seq_id);
-      step.seqs.push_back(run_seq(group, *seq, planned, step));
-      // The step's tokens count as computed from now on, and its sample as pending, so that
-      // the next step can be planned before this one's update().
-      seq->num_computed_tokens += static_cast<int>(step.seqs.back().new_token_ids.size());
-      if (step.seqs.back().sample) ++seq->num_pending_samples;
-    }
+StepInput Scheduler::schedule() {
+  if (!owned_) {
+    throw std::logic_error("Scheduler::schedule: the allocator is remote; use plan_step");
   }
+  const cache::KvMemoryOps ops = plan_step();
+  if (direct_) return finish_step(direct_->finish());  // the ops were applied as decided
+  return finish_step(cache::apply_kv_memory_ops(*owned_, ops));
 }
 
-StepInput Scheduler::schedule() {
+cache::KvMemoryOps Scheduler::plan_step() {
   if (!can_schedule()) {
     throw std::logic_error(
-        "Scheduler::schedule: the step in flight must be updated before another is planned");
+        planned_ ? "Scheduler::plan_step: the planned step waits for its memory result"
+                 : "Scheduler::schedule: the step in flight must be updated before another is "
+                   "planned");
   }
-  StepInput step;
-  step.step_id = next_step_id_++;
-  // Fork copies from the last update() first. Safe ahead of this step's own copies: only the
-  // reserving allocators return them, and they have no swap or prefix cache, so nothing this
-  // step does can read the destination before the step's forward pass writes it anew.
-  step.block_copies = std::move(pending_fork_copies_);
-  pending_fork_copies_.clear();
+  PlannedStep next;
+  next.step.step_id = next_step_id_++;
   ++stats_.num_steps;
   // Decodes come first: one token per decoding sequence is reserved up front, and each running
   // group takes its reservation back when its turn comes; prefill chunks share what is left.
@@ -544,19 +630,63 @@ StepInput Scheduler::schedule() {
   budget.tokens = config_.max_num_batched_tokens;
   for (uint64_t id : running_) budget.tokens -= num_decode_seqs(groups_.at(id));
 
-  std::vector<PlannedGroup> plans;
-  const bool preempted = plan_running(step, plans, budget);
+  const bool preempted = plan_running(next.plans, budget);
   // After a preemption the pool is full: resuming or admitting now would only thrash.
   if (!preempted) {
-    resume_swapped(step, plans, budget);
-    if (swapped_.empty()) admit_waiting(plans, budget);
+    resume_swapped(next.plans, budget);
+    if (swapped_.empty()) admit_waiting(next.plans, budget);
   }
-  execute_plan(step, plans);
+  emit_plan(next.plans);
+  planned_ = std::move(next);
+  return take_memory_ops();
+}
+
+StepInput Scheduler::finish_step(const cache::KvMemoryResult& result) {
+  if (!planned_) throw std::logic_error("Scheduler::finish_step: no step was planned");
+  apply_result(result);
+  PlannedStep planned = std::move(*planned_);
+  planned_.reset();
+  StepInput step = std::move(planned.step);
+  // Fork copies from the last update() first (they come in an earlier result, or at the front
+  // of this one). Safe ahead of this step's own copies: only the reserving allocators return
+  // them, and they have no swap or prefix cache, so nothing this step does can read the
+  // destination before the step's forward pass writes it anew.
+  step.block_copies = std::move(pending_fork_copies_);
+  pending_fork_copies_.clear();
+  step.block_copies.insert(step.block_copies.end(), result.block_copies.begin(),
+                           result.block_copies.end());
+  step.swap_out = result.swap_out;
+  step.swap_in = result.swap_in;
+  std::map<cache::SeqId, const cache::KvAllocation*> allocations;
+  for (const cache::KvAllocation& a : result.allocations) allocations[a.seq] = &a;
+  std::map<cache::SeqId, const cache::KvSeqState*> states;
+  for (const cache::KvSeqState& state : result.seqs) states[state.seq] = &state;
+
+  for (const PlannedGroup& plan : planned.plans) {
+    SequenceGroup& group = groups_.at(plan.request_id);
+    for (const PlannedSeq& planned_seq : plan.seqs) {
+      Sequence* seq = group.find(planned_seq.seq_id);
+      auto state = states.find(planned_seq.seq_id);
+      if (state == states.end()) {
+        throw std::logic_error("Scheduler::finish_step: no block table came back for sequence " +
+                               std::to_string(planned_seq.seq_id));
+      }
+      auto allocation = allocations.find(planned_seq.seq_id);
+      step.seqs.push_back(complete_seq(
+          group, *seq, planned_seq, allocation == allocations.end() ? nullptr : allocation->second,
+          *state->second));
+      // The step's tokens count as computed from now on, and its sample as pending, so that
+      // the next step can be planned before this one's update().
+      seq->num_computed_tokens += static_cast<int>(step.seqs.back().new_token_ids.size());
+      if (step.seqs.back().sample) ++seq->num_pending_samples;
+    }
+  }
   if (!step.seqs.empty()) {
     if (!in_flight_.empty()) ++stats_.num_steps_planned_ahead;
     register_in_flight(step);
   }
-  stats_.peak_used_blocks = std::max(stats_.peak_used_blocks, kv_->num_used_device_blocks());
+  stats_.peak_used_blocks =
+      std::max(stats_.peak_used_blocks, result.snapshot.num_used_device_blocks);
   return step;
 }
 

@@ -40,6 +40,8 @@
 #include "actors/step_messages.h"
 #include "cache/block_manager.h"
 #include "cache/kv_allocator.h"
+#include "cache/kv_memory_ops.h"
+#include "cache/paged_kv_mirror.h"
 #include "model/sampling_params.h"
 
 namespace pagedserve::actors {
@@ -95,6 +97,19 @@ struct RequestUpdate {
   std::string error;          // set when the request failed (finish reason kError)
 };
 
+// Where the KV allocator lives and what the Scheduler plans from (see "KV memory" above).
+enum class KvMemoryPlacement {
+  // Owns the allocator and plans from it; each memory op is applied the moment it is decided
+  // (the paper simulator and the unit tests that poke the block manager).
+  kDirect,
+  // Owns the allocator but plans from its own view (PagedKvMirror, or a replica for reserve-*)
+  // and applies the step's op list at once: the actor protocol on one thread (LlmEngine).
+  kMirrored,
+  // Plans from its own view; the caller applies the op list (PrefixCacheActor) and hands the
+  // result back (plan_step / finish_step).
+  kRemote,
+};
+
 struct SchedulerConfig {
   int max_num_seqs = 256;  // sequences (not requests) running at once
   int max_model_len = 2048;
@@ -108,6 +123,7 @@ struct SchedulerConfig {
   // thrash (admitted, preempted, recomputed again). The reserving allocators always need
   // their whole region, so this only changes the paged allocator.
   bool admit_whole_prompt_only = false;
+  KvMemoryPlacement kv_placement = KvMemoryPlacement::kDirect;
 };
 
 // Counters the engine reports.
@@ -123,6 +139,7 @@ struct SchedulerStats {
 class Scheduler {
  public:
   Scheduler(const SchedulerConfig& config, const cache::BlockManagerConfig& blocks);
+  ~Scheduler();
 
   // Throws std::logic_error for an id already in use.
   void add(NewRequest request);
@@ -141,15 +158,31 @@ class Scheduler {
   // Decides the next step. Requests that can never run (e.g. a prompt larger than the whole KV
   // pool) are finished with an error and reported by the next update(). Throws
   // std::logic_error when !can_schedule(). A step with sequences is in flight until update().
+  // Needs an owned allocator (kDirect, kMirrored): plan_step, apply, finish_step.
   StepInput schedule();
+  // The two halves of schedule() for kRemote. plan_step returns the step's memory ops (after
+  // any left from update(), abort() or stop_sequence()); the caller applies them and passes the
+  // result to finish_step, which returns the step. Nothing else may be called in between.
+  cache::KvMemoryOps plan_step();
+  StepInput finish_step(const cache::KvMemoryResult& result);
+  // Memory ops decided outside a step (frees after update() or abort(), forks, resolutions)
+  // and not handed out yet; kRemote sends them with the next step, or alone
+  // (take_memory_ops, then absorb_memory_result) when no step follows. The owned placements
+  // apply them at once, so this is always false there.
+  bool has_memory_ops() const { return !ops_.empty(); }
+  cache::KvMemoryOps take_memory_ops();
+  void absorb_memory_result(const cache::KvMemoryResult& result);
+  // The pool now (owned placements), or as the last applied op list left it (kRemote).
+  cache::KvMemorySnapshot memory_snapshot() const;
   // Applies the executor's output for a step schedule() returned; steps are updated in the
   // order they were scheduled. A step with no sequences only reports requests finished outside
   // a step. Throws std::logic_error for a step that is not in flight.
   std::vector<RequestUpdate> update(const StepInput& input, const StepOutput& output);
 
-  // The paged allocator's BlockManager; throws std::logic_error under another allocator.
+  // The paged allocator's BlockManager; throws std::logic_error under another allocator or
+  // when the allocator is not owned (kRemote).
   const cache::BlockManager& block_manager() const;
-  const cache::KvAllocator& kv_allocator() const { return *kv_; }
+  const cache::KvAllocator& kv_allocator() const;
   SchedulerStats stats() const;
   size_t num_running() const { return running_.size(); }  // groups
   size_t num_waiting() const { return waiting_.size(); }
@@ -161,8 +194,8 @@ class Scheduler {
   // One sequence's share of the step being planned (see schedule()).
   struct PlannedSeq {
     uint64_t seq_id = 0;
-    int num_tokens = 0;      // tokens to compute this step
-    int num_hit_tokens = 0;  // allocate only: prefix-cache hits expected at planning time
+    int num_tokens = 0;      // tokens to compute this step (an upper bound for allocate)
+    int num_hit_tokens = 0;  // allocate only: prefix-cache hits the planning view expects
     bool allocate = false;   // not in the block manager yet: allocate instead of append
     int num_blocks = 0;      // blocks it may take (an upper bound)
   };
@@ -177,8 +210,8 @@ class Scheduler {
   };
 
   // ---- schedule (scheduler.cpp) ----
-  bool plan_running(StepInput& step, std::vector<PlannedGroup>& plan, Budget& budget);
-  void resume_swapped(StepInput& step, std::vector<PlannedGroup>& plan, Budget& budget);
+  bool plan_running(std::vector<PlannedGroup>& plan, Budget& budget);
+  void resume_swapped(std::vector<PlannedGroup>& plan, Budget& budget);
   void admit_waiting(std::vector<PlannedGroup>& plan, Budget& budget);
   PlannedGroup plan_group(SequenceGroup& group, int token_budget, int free_blocks,
                           bool leave_last) const;
@@ -190,10 +223,19 @@ class Scheduler {
   bool can_never_run(SequenceGroup& group);
   int free_blocks(const Budget& budget) const;
   int blocks_to_resume(SequenceGroup& group) const;
-  void execute_plan(StepInput& step, const std::vector<PlannedGroup>& plan);
-  ScheduledSequence run_seq(SequenceGroup& group, Sequence& seq, const PlannedSeq& planned,
-                            StepInput& step);
-  void preempt(SequenceGroup& group, StepInput& step);
+  // Emits the allocate / append ops of every planned sequence, in plan order.
+  void emit_plan(const std::vector<PlannedGroup>& plan);
+  // One planned sequence's share of the step, from what the allocator did (the result).
+  ScheduledSequence complete_seq(SequenceGroup& group, Sequence& seq, const PlannedSeq& planned,
+                                 const cache::KvAllocation* allocation,
+                                 const cache::KvSeqState& state);
+  void preempt(SequenceGroup& group);
+  // Decides one memory op: applied to the planning view now (and, kDirect, to the allocator),
+  // and queued for the op list.
+  void emit(cache::KvMemoryOp op);
+  void apply_result(const cache::KvMemoryResult& result);
+  // kMirrored: applies the ops update(), abort() or stop_sequence() decided to the allocator.
+  void flush_owned();
   int num_decode_seqs(SequenceGroup& group);
   int max_running_seqs(const SequenceGroup& group) const;
   // True when the sample a step in flight draws for `seq` ends it whatever its value.
@@ -224,7 +266,21 @@ class Scheduler {
   RequestUpdate new_update(const SequenceGroup& group) const;
 
   SchedulerConfig config_;
-  std::unique_ptr<cache::KvAllocator> kv_;
+  // The allocator itself (kDirect, kMirrored); null for kRemote.
+  std::unique_ptr<cache::KvAllocator> owned_;
+  // What planning reads: owned_ (kDirect), else a PagedKvMirror or, for reserve-*, a replica.
+  std::unique_ptr<cache::KvAllocator> mirror_storage_;
+  cache::KvAllocator* kv_ = nullptr;
+  cache::PagedKvMirror* paged_mirror_ = nullptr;  // mirror_storage_ when it is one
+  // kDirect: applies ops to owned_ as they are emitted and collects the step's result.
+  std::unique_ptr<cache::KvMemoryApplier> direct_;
+  cache::KvMemoryOps ops_;  // decided, not handed out yet (kMirrored, kRemote)
+  cache::KvMemorySnapshot memory_;
+  struct PlannedStep {
+    StepInput step;
+    std::vector<PlannedGroup> plans;
+  };
+  std::optional<PlannedStep> planned_;  // between plan_step and finish_step
   // Copies a fork returned (allocators without sharing), run at the start of the next step.
   std::vector<cache::BlockCopy> pending_fork_copies_;
   std::map<uint64_t, SequenceGroup> groups_;  // by request id

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <exception>
 #include <future>
+#include <optional>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -25,10 +26,20 @@
 
 namespace pagedserve::actors {
 
+namespace {
+
+SchedulerConfig remote_config(SchedulerConfig config) {
+  config.kv_placement = KvMemoryPlacement::kRemote;  // the prefix-cache actor owns the memory
+  return config;
+}
+
+}  // namespace
+
 struct SchedulerActor::State {
   State(const SchedulerActorConfig& config, runtime::Channel<runtime::SchedulerMessage>& inbox,
         runtime::Channel<runtime::ExecuteStep>& executor_inbox,
-        runtime::Channel<runtime::DecodeBatch>& tokenizer_inbox, runtime::StatsBoard& stats);
+        runtime::Channel<runtime::DecodeBatch>& tokenizer_inbox, PrefixCacheLink prefix_cache,
+        runtime::StatsBoard& stats);
 
   runtime::Task<void> run();
   void on_message(runtime::AddRequest& add);
@@ -37,7 +48,11 @@ struct SchedulerActor::State {
   void sweep_aborts();
   // Schedules and launches steps while fewer than the limit are outstanding (1, or 2 with
   // overlap) and the Scheduler allows; flushes steps with nothing to run.
-  void launch_steps(bool continues_previous_step);
+  runtime::Task<void> launch_steps(bool continues_previous_step);
+  // One round trip to the prefix-cache actor; nullopt when it is gone (shutdown) or failed.
+  runtime::Task<std::optional<cache::KvMemoryResult>> apply_memory_ops(cache::KvMemoryOps ops);
+  // Sends the frees, forks and resolutions no step carried (e.g. after the last request ended).
+  runtime::Task<void> flush_memory_ops();
   void collect(std::vector<RequestUpdate> updates);
   void publish_stats();
   // Sends the collected deltas to the tokenizer; with wait_for_delivery, until they reached
@@ -49,7 +64,9 @@ struct SchedulerActor::State {
   runtime::Channel<runtime::SchedulerMessage>& inbox;
   runtime::Channel<runtime::ExecuteStep>& executor_inbox;
   runtime::Channel<runtime::DecodeBatch>& tokenizer_inbox;
+  PrefixCacheLink prefix_cache;
   runtime::StatsBoard& stats;
+  uint64_t next_memory_request_id = 1;
 
   struct LiveRequest {
     std::stop_token cancel;
@@ -68,12 +85,13 @@ SchedulerActor::State::State(const SchedulerActorConfig& config_in,
                              runtime::Channel<runtime::SchedulerMessage>& inbox_in,
                              runtime::Channel<runtime::ExecuteStep>& executor_inbox_in,
                              runtime::Channel<runtime::DecodeBatch>& tokenizer_inbox_in,
-                             runtime::StatsBoard& stats_in)
+                             PrefixCacheLink prefix_cache_in, runtime::StatsBoard& stats_in)
     : config(config_in),
-      scheduler(config_in.scheduler, config_in.blocks),
+      scheduler(remote_config(config_in.scheduler), config_in.blocks),
       inbox(inbox_in),
       executor_inbox(executor_inbox_in),
       tokenizer_inbox(tokenizer_inbox_in),
+      prefix_cache(prefix_cache_in),
       stats(stats_in) {
   publish_stats();
 }
@@ -82,8 +100,9 @@ SchedulerActor::SchedulerActor(const SchedulerActorConfig& config,
                                runtime::Channel<runtime::SchedulerMessage>& inbox,
                                runtime::Channel<runtime::ExecuteStep>& executor_inbox,
                                runtime::Channel<runtime::DecodeBatch>& tokenizer_inbox,
-                               runtime::StatsBoard& stats)
-    : state_(std::make_unique<State>(config, inbox, executor_inbox, tokenizer_inbox, stats)) {}
+                               PrefixCacheLink prefix_cache, runtime::StatsBoard& stats)
+    : state_(std::make_unique<State>(config, inbox, executor_inbox, tokenizer_inbox, prefix_cache,
+                                     stats)) {}
 
 SchedulerActor::~SchedulerActor() = default;
 
@@ -104,18 +123,59 @@ runtime::Task<void> SchedulerActor::State::run() {
     try {
       std::visit([this](auto& m) { on_message(m); }, message);
       if (abort_pending.exchange(false)) sweep_aborts();
-      if (config.overlap) launch_steps(step_finished);
     } catch (const std::exception& e) {
       // A Scheduler precondition failed: a bug. Keep serving the other requests.
       std::fprintf(stderr, "pagedserve: scheduler actor: %s\n", e.what());
     }
+    if (config.overlap) {
+      co_await launch_steps(step_finished);
+    } else {
+      // Overlap off: what an update or abort freed is free (and published) before the tokens
+      // that report it reach the client.
+      co_await flush_memory_ops();
+    }
     publish_stats();
     co_await forward_deltas(!config.overlap);
     if (!config.overlap) {
-      launch_steps(step_finished);
+      co_await launch_steps(step_finished);
       publish_stats();
       co_await forward_deltas(true);
     }
+  }
+  // Closed: hand the allocator the frees still queued, so it ends with what the requests left.
+  co_await flush_memory_ops();
+  publish_stats();
+}
+
+runtime::Task<std::optional<cache::KvMemoryResult>> SchedulerActor::State::apply_memory_ops(
+    cache::KvMemoryOps ops) {
+  runtime::ApplyMemoryOps request;
+  request.request_id = next_memory_request_id++;
+  request.ops = std::move(ops);
+  const uint64_t id = request.request_id;
+  // Only this actor sends here and it awaits every reply, so the channel always has room.
+  auto [send_error] = co_await prefix_cache.inbox.async_send(
+      boost::system::error_code{}, std::move(request), runtime::kAwaitTuple);
+  if (send_error) co_return std::nullopt;
+  auto [receive_error, reply] = co_await prefix_cache.reply.async_receive(runtime::kAwaitTuple);
+  if (receive_error) co_return std::nullopt;
+  if (reply.request_id != id || !reply.error.empty()) {
+    std::fprintf(stderr, "pagedserve: scheduler actor: %s\n",
+                 reply.error.empty() ? "a memory reply out of order" : reply.error.c_str());
+    co_return std::nullopt;
+  }
+  co_return std::move(reply.result);
+}
+
+runtime::Task<void> SchedulerActor::State::flush_memory_ops() {
+  if (!scheduler.has_memory_ops()) co_return;
+  std::optional<cache::KvMemoryResult> result =
+      co_await apply_memory_ops(scheduler.take_memory_ops());
+  if (!result) co_return;
+  try {
+    scheduler.absorb_memory_result(*result);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pagedserve: scheduler actor: %s\n", e.what());
   }
 }
 
@@ -169,19 +229,31 @@ void SchedulerActor::State::sweep_aborts() {
   }
 }
 
-void SchedulerActor::State::launch_steps(bool continues_previous_step) {
+// Each step: plan (the Scheduler's view of memory), one round trip to the prefix-cache actor
+// that applies the plan's memory ops, then the step completed from its result goes to the
+// executor. With overlap the round trip runs while the executor computes the step before.
+runtime::Task<void> SchedulerActor::State::launch_steps(bool continues_previous_step) {
   const int max_outstanding = config.overlap ? 2 : 1;
   // A few rounds at most: a schedule() may only flush aborts (an empty step).
   for (int attempt = 0; attempt < 3 && steps_outstanding < max_outstanding &&
                         scheduler.has_unfinished() && scheduler.can_schedule();
        ++attempt) {
-    StepInput input = scheduler.schedule();
-    if (input.seqs.empty()) {
-      StepOutput nothing;
-      nothing.step_id = input.step_id;
-      collect(scheduler.update(input, nothing));
-      if (steps_outstanding > 0) return;  // the running step's outcome comes first
-      continue;
+    StepInput input;
+    try {
+      cache::KvMemoryOps ops = scheduler.plan_step();
+      std::optional<cache::KvMemoryResult> result = co_await apply_memory_ops(std::move(ops));
+      if (!result) co_return;  // shutting down (or a bug, reported): nothing more can run
+      input = scheduler.finish_step(*result);
+      if (input.seqs.empty()) {
+        StepOutput nothing;
+        nothing.step_id = input.step_id;
+        collect(scheduler.update(input, nothing));
+        if (steps_outstanding > 0) break;  // the running step's outcome comes first
+        continue;
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "pagedserve: scheduler actor: %s\n", e.what());
+      co_return;
     }
     std::vector<uint64_t> ids;
     for (const ScheduledSequence& seq : input.seqs) ids.push_back(seq.request_id);
@@ -209,8 +281,9 @@ void SchedulerActor::State::launch_steps(bool continues_previous_step) {
     none.step_id = step_id;
     none.seqs.resize(num_seqs);
     collect(scheduler.update(never_ran, none));
-    return;
+    break;
   }
+  co_await flush_memory_ops();
 }
 
 void SchedulerActor::State::collect(std::vector<RequestUpdate> updates) {
@@ -265,20 +338,20 @@ void SchedulerActor::State::collect(std::vector<RequestUpdate> updates) {
 }
 
 void SchedulerActor::State::publish_stats() {
-  const cache::KvAllocator& blocks = scheduler.kv_allocator();
-  const cache::BlockManager* paged = blocks.block_manager();  // nullptr for reserve-*
+  // The pool as the prefix-cache actor's last reply left it.
+  const cache::KvMemorySnapshot memory = scheduler.memory_snapshot();
   const SchedulerStats sched = scheduler.stats();
   EngineStats counts;
   counts.num_running_seqs = static_cast<int>(scheduler.num_running());
   counts.num_waiting_seqs = static_cast<int>(scheduler.num_waiting());
   counts.num_swapped_seqs = static_cast<int>(scheduler.num_swapped());
-  counts.num_kv_blocks_total = blocks.num_total_device_blocks();
-  counts.num_kv_blocks_used = blocks.num_used_device_blocks();
-  counts.num_kv_blocks_free = blocks.num_free_device_blocks();
-  counts.num_kv_blocks_cached = paged != nullptr ? paged->num_cached_blocks() : 0;
+  counts.num_kv_blocks_total = memory.num_total_device_blocks;
+  counts.num_kv_blocks_used = memory.num_used_device_blocks;
+  counts.num_kv_blocks_free = memory.num_free_device_blocks;
+  counts.num_kv_blocks_cached = memory.num_cached_blocks;
   counts.peak_kv_blocks_used = sched.peak_used_blocks;
-  counts.prefix_cache_queries_tokens = paged != nullptr ? paged->prefix_cache_queries_tokens() : 0;
-  counts.prefix_cache_hits_tokens = blocks.prefix_cache_hits_tokens();
+  counts.prefix_cache_queries_tokens = memory.prefix_cache_queries_tokens;
+  counts.prefix_cache_hits_tokens = memory.prefix_cache_hits_tokens;
   counts.num_preemptions_swap = sched.num_preemptions_swap;
   counts.num_preemptions_recompute = sched.num_preemptions_recompute;
   counts.num_steps_planned_ahead = sched.num_steps_planned_ahead;

@@ -40,6 +40,7 @@
 
 #include "actors/runtime/channel.h"
 #include "actors/runtime/executor_messages.h"
+#include "actors/runtime/prefix_cache_messages.h"
 #include "actors/runtime/scheduler_messages.h"
 #include "actors/runtime/stats_board.h"
 #include "actors/runtime/tokenizer_messages.h"
@@ -53,13 +54,20 @@ struct SchedulerActorConfig {
   bool overlap = true;  // see EngineOptions::overlap
 };
 
+// The scheduler's two channels to the prefix-cache actor: requests out, replies back (bound to
+// the scheduler's thread). One request is outstanding at a time, so capacity 1 each suffices.
+struct PrefixCacheLink {
+  runtime::Channel<runtime::ApplyMemoryOps>& inbox;
+  runtime::Channel<runtime::MemoryOpsApplied>& reply;
+};
+
 class SchedulerActor {
  public:
   SchedulerActor(const SchedulerActorConfig& config,
                  runtime::Channel<runtime::SchedulerMessage>& inbox,
                  runtime::Channel<runtime::ExecuteStep>& executor_inbox,
                  runtime::Channel<runtime::DecodeBatch>& tokenizer_inbox,
-                 runtime::StatsBoard& stats);
+                 PrefixCacheLink prefix_cache, runtime::StatsBoard& stats);
   ~SchedulerActor();
 
   // The run loop; spawn it on the scheduler thread. Ends when the inbox closes.

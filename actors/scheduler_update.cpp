@@ -11,6 +11,9 @@
 namespace pagedserve::actors {
 
 std::vector<RequestUpdate> Scheduler::update(const StepInput& input, const StepOutput& output) {
+  if (planned_) {
+    throw std::logic_error("Scheduler::update: a planned step waits for its memory result");
+  }
   if (output.seqs.size() != input.seqs.size()) {
     throw std::logic_error("Scheduler::update: the output has " +
                            std::to_string(output.seqs.size()) + " sequences, the step " +
@@ -59,9 +62,10 @@ std::vector<RequestUpdate> Scheduler::update(const StepInput& input, const StepO
       ++it;
       continue;
     }
-    if (kv_->has_sequence(*it)) kv_->free(*it);
+    if (kv_->has_sequence(*it)) emit(cache::KvMemoryOp::free(*it));
     it = deferred_frees_.erase(it);
   }
+  flush_owned();
   return updates;
 }
 
@@ -108,7 +112,7 @@ void Scheduler::append_sample(SequenceGroup& group, Sequence& seq,
   seq.cumulative_logprob += sample.logprob;
   // The step planned ahead reserved this token's slot before its value was known.
   if (kv_->has_sequence(seq.seq_id) && kv_->has_pending_token(seq.seq_id)) {
-    kv_->resolve_pending_token(seq.seq_id, sample.token_id);
+    emit(cache::KvMemoryOp::resolve_pending(seq.seq_id, sample.token_id));
   }
   seq.finish_reason = check_stop(group, seq);
   if (seq.finished()) free_seq(seq);
@@ -247,7 +251,7 @@ void Scheduler::free_seq(Sequence& seq) {
     deferred_frees_.insert(seq.seq_id);
     return;
   }
-  kv_->free(seq.seq_id);
+  emit(cache::KvMemoryOp::free(seq.seq_id));
 }
 
 RequestUpdate Scheduler::new_update(const SequenceGroup& group) const {
@@ -261,7 +265,7 @@ void Scheduler::finish_group(SequenceGroup& group, RequestUpdate& update) {
   for (Sequence& seq : group.seqs) {
     if (!seq.finished()) free_seq(seq);
   }
-  kv_->release_group(group.request_id);
+  emit(cache::KvMemoryOp::release_group(group.request_id));
   update.finished = true;
   update.outputs = final_outputs(group);
   update.num_cached_tokens = std::max(group.num_cached_tokens, 0);
@@ -287,6 +291,7 @@ void Scheduler::fail(SequenceGroup& group, FinishReason reason, std::string erro
 void Scheduler::abort(uint64_t request_id) {
   auto it = groups_.find(request_id);
   if (it != groups_.end()) fail(it->second, FinishReason::kAbort, {});
+  flush_owned();
 }
 
 std::optional<RequestUpdate> Scheduler::stop_sequence(uint64_t request_id, int index) {
@@ -298,9 +303,13 @@ std::optional<RequestUpdate> Scheduler::stop_sequence(uint64_t request_id, int i
   if (seq == group.seqs.end()) return std::nullopt;
   free_seq(*seq);
   seq->finish_reason = FinishReason::kStop;
-  if (group.num_live() != 0) return std::nullopt;
+  if (group.num_live() != 0) {
+    flush_owned();
+    return std::nullopt;
+  }
   RequestUpdate update = new_update(group);
   finish_group(group, update);
+  flush_owned();
   return update;
 }
 

@@ -1,0 +1,126 @@
+// The scheduler's KV-memory protocol: one ordered list of memory operations per step
+// (KvMemoryOps) and the one result of applying it to a KvAllocator (KvMemoryResult). The
+// scheduler plans a step from its own view of memory (cache/paged_kv_mirror.h, or a replica for
+// the reserving allocators) and emits the ops in the order it decided them: the forks, frees and
+// pending-token resolutions its last update() made, then every swap_out (and recompute free),
+// every swap_in, then allocate / append for the sequences the step runs. Whoever owns the
+// allocator (the synchronous LlmEngine's Scheduler, or the PrefixCacheActor) applies the list
+// with KvMemoryApplier and returns the result: the copies the executor must run, what each
+// new sequence found in the prefix cache, the block tables of the sequences touched, and a
+// snapshot of the pool for the next plan and for metrics.
+//
+// Prefix hits are not known while planning: an allocate op carries the sequence's whole token
+// list and the tokens the plan lets it compute; the applier looks the prefix up and hands the
+// allocator [0, min(total, hits + compute, end_cap)), so the step computes what the cache did
+// not serve (never more than planned) and takes no more blocks than planned (end_cap).
+// Pure values and logic: no threads, no I/O.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cache/block_types.h"
+#include "cache/kv_allocator.h"
+
+namespace pagedserve::cache {
+
+enum class KvOpKind {
+  kReserve,         // reserve(seq, reservation): reserve-* allocators take a region
+  kAllocate,        // allocate(seq, tokens[0, end)) with a prefix lookup (see above)
+  kAppend,          // append_token(seq, token)
+  kAppendPending,   // append_pending_token(seq)
+  kResolvePending,  // resolve_pending_token(seq, token)
+  kFork,            // fork(seq, child)
+  kFree,            // free(seq)
+  kReleaseGroup,    // release_group(group)
+  kSwapOut,         // swap_out(seq)
+  kSwapIn,          // swap_in(seq)
+};
+const char* kv_op_name(KvOpKind kind);
+
+struct KvMemoryOp {
+  KvOpKind kind = KvOpKind::kFree;
+  SeqId seq = 0;
+  SeqId child = 0;              // kFork
+  int32_t token = 0;            // kAppend, kResolvePending
+  uint64_t group = 0;           // kReleaseGroup
+  SeqReservation reservation;   // kReserve
+  std::vector<int32_t> tokens;  // kAllocate: every token of the sequence so far
+  int compute_tokens = 0;       // kAllocate: tokens the plan lets this step compute
+  int end_cap = 0;              // kAllocate: hand the allocator at most this many tokens
+
+  static KvMemoryOp reserve(SeqId seq, const SeqReservation& reservation);
+  static KvMemoryOp allocate(SeqId seq, std::vector<int32_t> tokens, int compute_tokens,
+                             int end_cap);
+  static KvMemoryOp append(SeqId seq, int32_t token);
+  static KvMemoryOp append_pending(SeqId seq);
+  static KvMemoryOp resolve_pending(SeqId seq, int32_t token);
+  static KvMemoryOp fork(SeqId parent, SeqId child);
+  static KvMemoryOp free(SeqId seq);
+  static KvMemoryOp release_group(uint64_t group);
+  static KvMemoryOp swap_out(SeqId seq);
+  static KvMemoryOp swap_in(SeqId seq);
+};
+
+using KvMemoryOps = std::vector<KvMemoryOp>;
+
+// What a kAllocate op did.
+struct KvAllocation {
+  SeqId seq = 0;
+  int num_cached_tokens = 0;  // served by the prefix cache: the step computes from here
+  int num_tokens = 0;         // tokens handed to the allocator: the step computes up to here
+};
+
+// One sequence the ops touched and the allocator still holds, after the whole list.
+struct KvSeqState {
+  SeqId seq = 0;
+  bool swapped = false;
+  int num_tokens = 0;
+  std::vector<BlockId> blocks;  // device ids, or CPU ids when swapped
+};
+
+// The pool after the list: what the next plan starts from, and what metrics report.
+struct KvMemorySnapshot {
+  int num_total_device_blocks = 0;
+  int num_free_device_blocks = 0;
+  int num_used_device_blocks = 0;
+  int num_cached_blocks = 0;  // free blocks still holding a reusable prefix (paged only)
+  int num_free_cpu_blocks = 0;
+  int64_t prefix_cache_queries_tokens = 0;
+  int64_t prefix_cache_hits_tokens = 0;
+};
+KvMemorySnapshot snapshot_of(const KvAllocator& kv);
+
+struct KvMemoryResult {
+  // The executor runs the three lists in this order before the step (StepInput's order).
+  std::vector<BlockCopy> swap_out;        // device -> cpu
+  std::vector<BlockCopy> swap_in;         // cpu -> device
+  std::vector<BlockCopy> block_copies;    // device -> device: fork copies and copy-on-write
+  std::vector<KvAllocation> allocations;  // one per kAllocate op, in op order
+  std::vector<KvSeqState> seqs;           // by first touch
+  KvMemorySnapshot snapshot;
+};
+
+// Applies ops in order to one allocator. Throws std::logic_error for an op the allocator
+// refuses (a reservation that does not fit, an unknown sequence): the planner's view of memory
+// disagreed with the allocator, which is a bug, not a condition to recover from.
+class KvMemoryApplier {
+ public:
+  explicit KvMemoryApplier(KvAllocator& kv) : kv_(kv) {}
+
+  void apply(const KvMemoryOp& op);
+  // The result so far, with the touched sequences' tables and the snapshot read now.
+  KvMemoryResult finish();
+
+ private:
+  void touch(SeqId seq);
+
+  KvAllocator& kv_;
+  KvMemoryResult result_;
+  std::vector<SeqId> touched_;
+};
+
+KvMemoryResult apply_kv_memory_ops(KvAllocator& kv, const KvMemoryOps& ops);
+
+}  // namespace pagedserve::cache
