@@ -31,12 +31,21 @@
 #include <algorithm>
 #include <set>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace pagedserve::actors {
 namespace {
 
 int blocks_for(int num_tokens, int block_size) {
   return (num_tokens + block_size - 1) / block_size;
+}
+
+// group.tokens(seq)[i] without building the whole list (a decode needs one token).
+int32_t token_at(const SequenceGroup& group, const Sequence& seq, int i) {
+  const int prompt_len = static_cast<int>(group.prompt_token_ids.size());
+  if (i < prompt_len) return group.prompt_token_ids[i];
+  const size_t out = static_cast<size_t>(i - prompt_len);
+  return out < seq.output_token_ids.size() ? seq.output_token_ids[out] : kPlaceholderToken;
 }
 
 }  // namespace
@@ -516,8 +525,8 @@ void Scheduler::emit_plan(const std::vector<PlannedGroup>& plans) {
     SequenceGroup& group = groups_.at(plan.request_id);
     for (const PlannedSeq& planned : plan.seqs) {
       const Sequence& seq = *group.find(planned.seq_id);
-      std::vector<int32_t> tokens = group.tokens(seq);
       if (planned.allocate) {
+        std::vector<int32_t> tokens = group.tokens(seq);
         if (seq.num_pending_samples > 0) {
           throw std::logic_error("Scheduler: allocating sequence " + std::to_string(seq.seq_id) +
                                  " before its pending sample is known");
@@ -536,8 +545,9 @@ void Scheduler::emit_plan(const std::vector<PlannedGroup>& plans) {
       const int start = seq.num_computed_tokens;
       for (int i = start; i < start + planned.num_tokens; ++i) {
         // The token the step in flight samples: its block is hashed when update() knows it.
-        emit(tokens[i] == kPlaceholderToken ? cache::KvMemoryOp::append_pending(seq.seq_id)
-                                            : cache::KvMemoryOp::append(seq.seq_id, tokens[i]));
+        const int32_t token = token_at(group, seq, i);
+        emit(token == kPlaceholderToken ? cache::KvMemoryOp::append_pending(seq.seq_id)
+                                        : cache::KvMemoryOp::append(seq.seq_id, token));
       }
     }
   }
@@ -546,13 +556,13 @@ void Scheduler::emit_plan(const std::vector<PlannedGroup>& plans) {
 ScheduledSequence Scheduler::complete_seq(SequenceGroup& group, Sequence& seq,
                                           const PlannedSeq& planned,
                                           const cache::KvAllocation* allocation,
-                                          const cache::KvSeqState& state) {
+                                          cache::KvSeqState& state) {
   ScheduledSequence scheduled;
   scheduled.request_id = group.request_id;
   scheduled.seq_id = seq.seq_id;
-  const std::vector<int32_t> tokens = group.tokens(seq);
-  const int total = static_cast<int>(tokens.size());
+  const int total = group.num_tokens(seq);
   if (planned.allocate) {
+    const std::vector<int32_t> tokens = group.tokens(seq);
     if (allocation == nullptr) {
       throw std::logic_error("Scheduler: no allocation came back for sequence " +
                              std::to_string(seq.seq_id));
@@ -563,11 +573,12 @@ ScheduledSequence Scheduler::complete_seq(SequenceGroup& group, Sequence& seq,
                                    tokens.begin() + allocation->num_tokens);
   } else {
     const int start = seq.num_computed_tokens;
-    scheduled.new_token_ids.assign(tokens.begin() + start,
-                                   tokens.begin() + start + planned.num_tokens);
+    for (int i = start; i < start + planned.num_tokens; ++i) {
+      scheduled.new_token_ids.push_back(token_at(group, seq, i));
+    }
   }
   scheduled.num_computed_tokens = seq.num_computed_tokens;
-  scheduled.block_table = state.blocks;
+  scheduled.block_table = std::move(state.blocks);  // each sequence runs once per step
   scheduled.sample =
       seq.num_computed_tokens + static_cast<int>(scheduled.new_token_ids.size()) == total;
   if (!scheduled.sample) return scheduled;
@@ -641,7 +652,7 @@ cache::KvMemoryOps Scheduler::plan_step() {
   return take_memory_ops();
 }
 
-StepInput Scheduler::finish_step(const cache::KvMemoryResult& result) {
+StepInput Scheduler::finish_step(cache::KvMemoryResult result) {
   if (!planned_) throw std::logic_error("Scheduler::finish_step: no step was planned");
   apply_result(result);
   PlannedStep planned = std::move(*planned_);
@@ -655,12 +666,12 @@ StepInput Scheduler::finish_step(const cache::KvMemoryResult& result) {
   pending_fork_copies_.clear();
   step.block_copies.insert(step.block_copies.end(), result.block_copies.begin(),
                            result.block_copies.end());
-  step.swap_out = result.swap_out;
-  step.swap_in = result.swap_in;
-  std::map<cache::SeqId, const cache::KvAllocation*> allocations;
+  step.swap_out = std::move(result.swap_out);
+  step.swap_in = std::move(result.swap_in);
+  std::unordered_map<cache::SeqId, const cache::KvAllocation*> allocations;
   for (const cache::KvAllocation& a : result.allocations) allocations[a.seq] = &a;
-  std::map<cache::SeqId, const cache::KvSeqState*> states;
-  for (const cache::KvSeqState& state : result.seqs) states[state.seq] = &state;
+  std::unordered_map<cache::SeqId, cache::KvSeqState*> states;
+  for (cache::KvSeqState& state : result.seqs) states[state.seq] = &state;
 
   for (const PlannedGroup& plan : planned.plans) {
     SequenceGroup& group = groups_.at(plan.request_id);

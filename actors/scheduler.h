@@ -164,7 +164,7 @@ class Scheduler {
   // any left from update(), abort() or stop_sequence()); the caller applies them and passes the
   // result to finish_step, which returns the step. Nothing else may be called in between.
   cache::KvMemoryOps plan_step();
-  StepInput finish_step(const cache::KvMemoryResult& result);
+  StepInput finish_step(cache::KvMemoryResult result);
   // Memory ops decided outside a step (frees after update() or abort(), forks, resolutions)
   // and not handed out yet; kRemote sends them with the next step, or alone
   // (take_memory_ops, then absorb_memory_result) when no step follows. The owned placements
@@ -228,7 +228,7 @@ class Scheduler {
   // One planned sequence's share of the step, from what the allocator did (the result).
   ScheduledSequence complete_seq(SequenceGroup& group, Sequence& seq, const PlannedSeq& planned,
                                  const cache::KvAllocation* allocation,
-                                 const cache::KvSeqState& state);
+                                 cache::KvSeqState& state);
   void preempt(SequenceGroup& group);
   // Decides one memory op: applied to the planning view now (and, kDirect, to the allocator),
   // and queued for the op list.

@@ -243,7 +243,7 @@ runtime::Task<void> SchedulerActor::State::launch_steps(bool continues_previous_
       cache::KvMemoryOps ops = scheduler.plan_step();
       std::optional<cache::KvMemoryResult> result = co_await apply_memory_ops(std::move(ops));
       if (!result) co_return;  // shutting down (or a bug, reported): nothing more can run
-      input = scheduler.finish_step(*result);
+      input = scheduler.finish_step(std::move(*result));
       if (input.seqs.empty()) {
         StepOutput nothing;
         nothing.step_id = input.step_id;

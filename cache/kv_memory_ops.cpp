@@ -126,7 +126,7 @@ KvMemorySnapshot snapshot_of(const KvAllocator& kv) {
 }
 
 void KvMemoryApplier::touch(SeqId seq) {
-  if (std::find(touched_.begin(), touched_.end(), seq) == touched_.end()) touched_.push_back(seq);
+  if (touched_set_.insert(seq).second) touched_.push_back(seq);
 }
 
 void KvMemoryApplier::apply(const KvMemoryOp& op) {
@@ -208,6 +208,7 @@ KvMemoryResult KvMemoryApplier::finish() {
     result.seqs.push_back(std::move(state));
   }
   touched_.clear();
+  touched_set_.clear();
   result.snapshot = snapshot_of(kv_);
   return result;
 }

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "cache/block_types.h"
@@ -118,7 +119,8 @@ class KvMemoryApplier {
 
   KvAllocator& kv_;
   KvMemoryResult result_;
-  std::vector<SeqId> touched_;
+  std::vector<SeqId> touched_;  // in first-touch order
+  std::unordered_set<SeqId> touched_set_;
 };
 
 KvMemoryResult apply_kv_memory_ops(KvAllocator& kv, const KvMemoryOps& ops);
