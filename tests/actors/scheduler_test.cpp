@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 
@@ -716,5 +717,215 @@ TEST(Scheduler, WholePromptAdmissionWaitsUntilTheWholePromptFits) {
   }
 }
 
+
+// ---- where the KV allocator lives (KvMemoryPlacement, cache/kv_memory_ops.h) ----
+
+// Drives a kRemote Scheduler as the scheduler actor does: each step's op list (with the ops
+// update() queued in front) applied to an allocator the Scheduler does not own; queued ops
+// alone only when no step follows.
+struct RemoteAllocator {
+  RemoteAllocator(cache::KvAllocatorKind kind, const cache::BlockManagerConfig& blocks)
+      : kv(cache::make_kv_allocator(kind, blocks)) {}
+
+  StepInput schedule(Scheduler& scheduler) {
+    return scheduler.finish_step(cache::apply_kv_memory_ops(*kv, scheduler.plan_step()));
+  }
+  void flush(Scheduler& scheduler) {
+    if (scheduler.has_memory_ops()) {
+      scheduler.absorb_memory_result(cache::apply_kv_memory_ops(*kv, scheduler.take_memory_ops()));
+    }
+  }
+
+  std::unique_ptr<cache::KvAllocator> kv;
+};
+
+using Outputs = std::map<uint64_t, std::vector<std::vector<int32_t>>>;
+
+// The random workload of RandomWorkloadsKeepTheCacheConsistentInEveryMode under one placement;
+// the fake executor checks every K/V read, and every block must be free at the end.
+Outputs run_placed(KvMemoryPlacement placement, PreemptionMode mode, bool prefix_caching,
+                   int seed, bool overlap, SchedulerStats* stats) {
+  std::mt19937 rng(static_cast<unsigned>(seed));
+  SchedulerConfig config;
+  config.preemption_mode = mode;
+  config.max_num_batched_tokens = 8 + static_cast<int>(rng() % 40);
+  config.max_num_seqs = 16;
+  config.max_model_len = 96;
+  config.kv_placement = placement;
+  Harness h(32, 24, config, prefix_caching);
+  std::optional<RemoteAllocator> remote;
+  if (placement == KvMemoryPlacement::kRemote) {
+    remote.emplace(cache::KvAllocatorKind::kPaged, Harness::block_config(32, 24, prefix_caching));
+  }
+  auto schedule = [&] {
+    return remote ? remote->schedule(h.scheduler) : h.scheduler.schedule();
+  };
+  auto apply = [&](const StepInput& input, const StepOutput& output) {
+    for (RequestUpdate& u : h.scheduler.update(input, output)) {
+      if (u.finished) h.finished[u.request_id] = std::move(u);
+    }
+  };
+  auto step = [&] {
+    if (!overlap) {
+      if (!h.scheduler.has_unfinished()) return;
+      const StepInput input = schedule();
+      apply(input, h.executor.execute(input));
+      return;
+    }
+    if (!h.executed) {
+      if (!h.scheduler.has_unfinished()) return;
+      StepInput input = schedule();
+      if (input.seqs.empty()) return apply(input, StepOutput{});
+      h.execute_ahead(std::move(input));
+    }
+    std::optional<StepInput> next;
+    if (h.scheduler.has_unfinished() && h.scheduler.can_schedule()) next = schedule();
+    auto [input, output] = std::move(*h.executed);
+    h.executed.reset();
+    apply(input, output);
+    if (next && next->seqs.empty()) {
+      apply(*next, StepOutput{});
+    } else if (next) {
+      h.execute_ahead(std::move(*next));
+    }
+  };
+  for (uint64_t id = 1; id <= 20; ++id) {
+    model::SamplingParams p = sampled(1 + static_cast<int>(rng() % 20));
+    const int kind = static_cast<int>(rng() % 6);
+    if (kind == 0) p.n = 2;
+    if (kind == 1) {
+      p.temperature = 0.0f;
+      p.use_beam_search = true;
+      p.n = 2;
+    }
+    h.add(id,
+          prompt_of(3 + static_cast<int>(rng() % 40), 100 + 10 * static_cast<int>(rng() % 3)), p);
+    if (rng() % 3 == 0) step();
+  }
+  for (int guard = 0; h.scheduler.has_unfinished() || h.executed; ++guard) {
+    if (guard >= 100000) {
+      ADD_FAILURE() << "no progress";
+      break;
+    }
+    step();
+  }
+  if (remote) remote->flush(h.scheduler);
+  const cache::KvAllocator& kv = remote ? *remote->kv : h.scheduler.kv_allocator();
+  EXPECT_EQ(kv.num_free_device_blocks(), kv.num_total_device_blocks()) << "leaked blocks";
+  EXPECT_EQ(kv.num_free_cpu_blocks(), 24);
+  EXPECT_EQ(kv.block_manager()->check_invariants(), "");
+  EXPECT_EQ(h.scheduler.memory_snapshot().num_free_device_blocks, kv.num_total_device_blocks())
+      << "the snapshot metrics read";
+  if (stats != nullptr) *stats = h.scheduler.stats();
+  Outputs outputs;
+  EXPECT_EQ(h.finished.size(), 20u);
+  for (const auto& [id, u] : h.finished) {
+    EXPECT_TRUE(u.error.empty()) << id << ": " << u.error;
+    for (const CompletedSequence& c : u.outputs) outputs[id].push_back(c.token_ids);
+  }
+  return outputs;
+}
+
+// Planning from the mirror (prefix hits unknown until the allocator answers, swaps counted
+// pessimistically) changes when things run, never what a request generates.
+TEST(Scheduler, MirroredAndRemotePlacementsReadTheRightKvAndMatchDirect) {
+  SchedulerStats remote_total;
+  for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
+    for (bool prefix_caching : {true, false}) {
+      for (int seed = 0; seed < 4; ++seed) {
+        for (bool overlap : {false, true}) {
+          SCOPED_TRACE(std::string(preemption_mode_name(mode)) + " caching " +
+                       std::to_string(prefix_caching) + " seed " + std::to_string(seed) +
+                       (overlap ? " overlap" : ""));
+          const Outputs direct =
+              run_placed(KvMemoryPlacement::kDirect, mode, prefix_caching, seed, overlap, nullptr);
+          EXPECT_EQ(run_placed(KvMemoryPlacement::kMirrored, mode, prefix_caching, seed, overlap,
+                               nullptr),
+                    direct);
+          SchedulerStats stats;
+          EXPECT_EQ(
+              run_placed(KvMemoryPlacement::kRemote, mode, prefix_caching, seed, overlap, &stats),
+              direct);
+          remote_total.num_preemptions_swap += stats.num_preemptions_swap;
+          remote_total.num_preemptions_recompute += stats.num_preemptions_recompute;
+          remote_total.prefix_cache_hit_tokens += stats.prefix_cache_hit_tokens;
+        }
+      }
+    }
+  }
+  // The remote runs went through swaps, recomputes and prefix hits.
+  EXPECT_GT(remote_total.num_preemptions_swap, 0);
+  EXPECT_GT(remote_total.num_preemptions_recompute, 0);
+  EXPECT_GT(remote_total.prefix_cache_hit_tokens, 0);
+}
+
+// Without prefix hits or swap twins the mirror is exact, so a mirrored plan is the direct plan:
+// the same block tables, copies and chunks, step by step.
+TEST(Scheduler, WithoutPrefixHitsTheMirroredPlanIsTheDirectPlan) {
+  for (cache::KvAllocatorKind kind :
+       {cache::KvAllocatorKind::kPaged, cache::KvAllocatorKind::kReserveMax,
+        cache::KvAllocatorKind::kReservePow2, cache::KvAllocatorKind::kReserveOracle}) {
+    SCOPED_TRACE(cache::kv_allocator_name(kind));
+    std::vector<StepInput> steps[2];
+    for (KvMemoryPlacement placement : {KvMemoryPlacement::kDirect, KvMemoryPlacement::kRemote}) {
+      SchedulerConfig config;
+      config.kv_allocator = kind;
+      config.max_model_len = 48;
+      config.max_num_batched_tokens = 24;
+      config.kv_placement = placement;
+      Harness h(36, 0, config, /*prefix_caching=*/false);
+      std::optional<RemoteAllocator> remote;
+      if (placement == KvMemoryPlacement::kRemote) {
+        remote.emplace(kind, Harness::block_config(36, 0, false));
+      }
+      for (uint64_t id = 1; id <= 6; ++id) {
+        model::SamplingParams p = sampled(6 + static_cast<int>(id));
+        if (id == 3) p.n = 2;
+        if (id == 5) {
+          p.n = 2;
+          p.use_beam_search = true;
+          p.temperature = 0.0f;
+        }
+        h.add(id, prompt_of(3 + 5 * static_cast<int>(id), 100 * static_cast<int32_t>(id)), p);
+      }
+      for (int guard = 0; h.scheduler.has_unfinished() && guard < 10000; ++guard) {
+        const StepInput input = remote ? remote->schedule(h.scheduler) : h.scheduler.schedule();
+        h.apply(input, h.executor.execute(input));
+        steps[placement == KvMemoryPlacement::kRemote].push_back(input);
+      }
+      EXPECT_EQ(h.finished.size(), 6u);
+    }
+    ASSERT_EQ(steps[0].size(), steps[1].size());
+    for (size_t i = 0; i < steps[0].size(); ++i) {
+      SCOPED_TRACE("step " + std::to_string(i));
+      const StepInput& a = steps[0][i];
+      const StepInput& b = steps[1][i];
+      EXPECT_EQ(a.swap_out, b.swap_out);
+      EXPECT_EQ(a.swap_in, b.swap_in);
+      EXPECT_EQ(a.block_copies, b.block_copies);
+      ASSERT_EQ(a.seqs.size(), b.seqs.size());
+      for (size_t j = 0; j < a.seqs.size(); ++j) {
+        EXPECT_EQ(a.seqs[j].seq_id, b.seqs[j].seq_id);
+        EXPECT_EQ(a.seqs[j].new_token_ids, b.seqs[j].new_token_ids);
+        EXPECT_EQ(a.seqs[j].num_computed_tokens, b.seqs[j].num_computed_tokens);
+        EXPECT_EQ(a.seqs[j].block_table, b.seqs[j].block_table);
+      }
+    }
+  }
+}
+
+TEST(Scheduler, RemotePlacementHasNoAllocatorToPokeAndSchedulesOnlyByMessage) {
+  SchedulerConfig config;
+  config.kv_placement = KvMemoryPlacement::kRemote;
+  Harness h(8, 0, config);
+  EXPECT_THROW(h.scheduler.kv_allocator(), std::logic_error);
+  EXPECT_THROW(h.scheduler.schedule(), std::logic_error);
+  h.add(1, prompt_of(6, 100), sampled(2));
+  const cache::KvMemoryOps ops = h.scheduler.plan_step();
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].kind, cache::KvOpKind::kAllocate);
+  EXPECT_FALSE(h.scheduler.can_schedule()) << "the planned step waits for its result";
+  EXPECT_THROW(h.scheduler.plan_step(), std::logic_error);
+}
 }  // namespace
 }  // namespace pagedserve::actors
