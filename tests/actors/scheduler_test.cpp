@@ -717,7 +717,6 @@ TEST(Scheduler, WholePromptAdmissionWaitsUntilTheWholePromptFits) {
   }
 }
 
-
 // ---- where the KV allocator lives (KvMemoryPlacement, cache/kv_memory_ops.h) ----
 
 // Drives a kRemote Scheduler as the scheduler actor does: each step's op list (with the ops
@@ -743,8 +742,8 @@ using Outputs = std::map<uint64_t, std::vector<std::vector<int32_t>>>;
 
 // The random workload of RandomWorkloadsKeepTheCacheConsistentInEveryMode under one placement;
 // the fake executor checks every K/V read, and every block must be free at the end.
-Outputs run_placed(KvMemoryPlacement placement, PreemptionMode mode, bool prefix_caching,
-                   int seed, bool overlap, SchedulerStats* stats) {
+Outputs run_placed(KvMemoryPlacement placement, PreemptionMode mode, bool prefix_caching, int seed,
+                   bool overlap, SchedulerStats* stats) {
   std::mt19937 rng(static_cast<unsigned>(seed));
   SchedulerConfig config;
   config.preemption_mode = mode;
@@ -757,9 +756,7 @@ Outputs run_placed(KvMemoryPlacement placement, PreemptionMode mode, bool prefix
   if (placement == KvMemoryPlacement::kRemote) {
     remote.emplace(cache::KvAllocatorKind::kPaged, Harness::block_config(32, 24, prefix_caching));
   }
-  auto schedule = [&] {
-    return remote ? remote->schedule(h.scheduler) : h.scheduler.schedule();
-  };
+  auto schedule = [&] { return remote ? remote->schedule(h.scheduler) : h.scheduler.schedule(); };
   auto apply = [&](const StepInput& input, const StepOutput& output) {
     for (RequestUpdate& u : h.scheduler.update(input, output)) {
       if (u.finished) h.finished[u.request_id] = std::move(u);
@@ -798,8 +795,8 @@ Outputs run_placed(KvMemoryPlacement placement, PreemptionMode mode, bool prefix
       p.use_beam_search = true;
       p.n = 2;
     }
-    h.add(id,
-          prompt_of(3 + static_cast<int>(rng() % 40), 100 + 10 * static_cast<int>(rng() % 3)), p);
+    h.add(id, prompt_of(3 + static_cast<int>(rng() % 40), 100 + 10 * static_cast<int>(rng() % 3)),
+          p);
     if (rng() % 3 == 0) step();
   }
   for (int guard = 0; h.scheduler.has_unfinished() || h.executed; ++guard) {
