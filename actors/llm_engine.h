@@ -1,5 +1,8 @@
 // LlmEngine: the synchronous engine loop (tokenizer + scheduler + executor) that generate and
-// the tests drive step by step. The asynchronous actor system wraps the same pieces.
+// the tests drive step by step. The asynchronous actor system wraps the same pieces. Its
+// Scheduler plans from its own view of KV memory and applies each step's memory-op list to the
+// allocator it owns in one go (KvMemoryPlacement::kMirrored): the prefix-cache actor's protocol
+// on one thread.
 // With overlap, the loop runs the scheduler's overlap protocol deterministically on one
 // thread, as the actors do across threads: each step() plans step N+1 before it applies step
 // N's results, then runs N+1 (placeholders filled by SampledTokenCarry) and keeps its results

@@ -1,22 +1,23 @@
 // Scheduler, the scheduling half: admission, chunked prefill, preemption and block reservation
 // for one step (update() and the sampling/beam logic live in scheduler_update.cpp).
 //
-// A step is planned in three phases so that the block manager is called in the order the
+// A step is planned in three phases so that the memory ops are emitted in the order the
 // executor applies the copies (every swap_out, then every swap_in, then append/allocate):
 //  1. plan_running: running groups in admission order. A group whose tokens cannot get blocks
 //     preempts the most recently admitted group (swap_out, or free for recompute) until it
 //     fits; the victim is always later in the order, so it was not planned yet.
 //  2. resume_swapped, then (only when nothing is left swapped) admit_waiting: swap_in copies,
 //     and plans for the groups admitted.
-//  3. execute_plan: append_token / allocate for every planned sequence, in plan order.
+//  3. emit_plan: append / allocate ops for every planned sequence, in plan order.
 // Between phases 1 and 3 the plan's blocks are counted in Budget::planned_blocks, each an
-// upper bound, so the appends and allocations of phase 3 can never run out.
+// upper bound, so the appends and allocations of phase 3 can never run out. The op list goes
+// to whoever owns the allocator (plan_step); finish_step builds the StepInput from its result.
 //
 // Chunked prefill and the prefix-cache hashing hazard: the block manager hashes a block (and
 // lets other prompts hit it) as soon as its last token is handed to allocate/append_token,
 // before its K/V exists. So a sequence only ever hands over the tokens computed in this very
-// step: a new sequence is allocated with prompt[0, hits + chunk) (the same hits the whole
-// prompt would get, see cached_prefix_tokens), and each later chunk's tokens are appended in
+// step: a new sequence is allocated with prompt[0, hits + chunk) (hits found by the applier;
+// see emit_plan for the cap), and each later chunk's tokens are appended in
 // the step that computes them. Every hashed block is therefore computed in the same step (the
 // forward pass writes a layer's K/V before any sequence reads it) or an earlier one, and a
 // prefix hit never reads K/V that no step computes. Preemption runs before any allocation of

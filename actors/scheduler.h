@@ -8,7 +8,15 @@
 // recompute (blocks freed, prompt and output recomputed on readmission). update() applies the
 // executor's output: sampling, forking a prompt into best_of children, beam search selection,
 // token-level stop checks. Stop strings are the OutputProcessor's (it calls stop_sequence).
-// No I/O, no threads, no clock: the engine (and later the scheduler actor) drives it.
+// No I/O, no threads, no clock: the engine (and the scheduler actor) drives it.
+//
+// KV memory (see KvMemoryPlacement and docs/actors.md): every allocator call the policy decides
+// is a memory op (cache/kv_memory_ops.h), applied in decision order. The Scheduler plans from
+// its view of memory (kv_): the allocator itself (kDirect), or its own PagedKvMirror (paged) or
+// replica (reserve-*, whose first-fit state is a pure function of the ops) while the allocator
+// lives elsewhere; then the step is completed from the op list's one result (the copies, the
+// prefix hits of new sequences, the tables). Planning from a mirror, a new prompt is planned
+// from token 0 (its hits are unknown) and the step computes what the cache did not serve.
 //
 // Overlap scheduling (vLLM's async scheduling, SGLang's overlap scheduler): schedule() may be
 // called again while the step it returned last is still running, before its update(), when
@@ -227,8 +235,7 @@ class Scheduler {
   void emit_plan(const std::vector<PlannedGroup>& plan);
   // One planned sequence's share of the step, from what the allocator did (the result).
   ScheduledSequence complete_seq(SequenceGroup& group, Sequence& seq, const PlannedSeq& planned,
-                                 const cache::KvAllocation* allocation,
-                                 cache::KvSeqState& state);
+                                 const cache::KvAllocation* allocation, cache::KvSeqState& state);
   void preempt(SequenceGroup& group);
   // Decides one memory op: applied to the planning view now (and, kDirect, to the allocator),
   // and queued for the op list.
