@@ -133,8 +133,11 @@ void KvMemoryApplier::apply(const KvMemoryOp& op) {
   const auto append_copies = [](std::vector<BlockCopy>& to, const std::vector<BlockCopy>& from) {
     to.insert(to.end(), from.begin(), from.end());
   };
+  // kFree is left to the allocator: a reserve-* sequence may be freed between reserve() and
+  // allocate(), when has_sequence() is still false.
   if (op.kind != KvOpKind::kAllocate && op.kind != KvOpKind::kReserve &&
-      op.kind != KvOpKind::kReleaseGroup && !kv_.has_sequence(op.seq)) {
+      op.kind != KvOpKind::kReleaseGroup && op.kind != KvOpKind::kFree &&
+      !kv_.has_sequence(op.seq)) {
     throw std::logic_error(std::string("KvMemoryApplier: ") + kv_op_name(op.kind) +
                            " for unknown sequence " + std::to_string(op.seq));
   }

@@ -106,7 +106,7 @@ TEST(PrefixCacheActor, ARoundTripGivesWhatApplyingTheListDirectlyGives) {
   EXPECT_EQ(replies[0].request_id, 1u);
   EXPECT_EQ(replies[0].error, "");
   EXPECT_EQ(replies[1].request_id, 2u);
-  EXPECT_NE(replies[1].error.find("free for unknown sequence 99"), std::string::npos)
+  EXPECT_NE(replies[1].error.find("free: unknown sequence 99"), std::string::npos)
       << replies[1].error;
   const auto same = [](const cache::KvMemoryResult& got, const cache::KvMemoryResult& want) {
     EXPECT_EQ(got.swap_out, want.swap_out);

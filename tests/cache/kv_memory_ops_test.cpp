@@ -159,6 +159,24 @@ TEST(KvMemoryApplier, ARefusedOpIsALogicErrorNamingIt) {
   EXPECT_THROW(apply_kv_memory_ops(reserving, {KvMemoryOp::reserve(2, future)}), std::logic_error);
 }
 
+// A plan that reserves a region and then drops the sequence (its group's first sequence did not
+// fit) frees the reservation before anything was allocated in it.
+TEST(KvMemoryApplier, AReservationIsFreedBeforeItsAllocation) {
+  BlockManagerConfig config = pool();
+  config.enable_prefix_caching = false;
+  ReservingKvAllocator reserving(KvAllocatorKind::kReserveOracle, config);
+  SeqReservation future;
+  future.group = 1;
+  future.prompt_len = future.current_len = 6;
+  future.max_output_len = 6;
+  future.max_model_len = 64;
+  const KvMemoryResult result = apply_kv_memory_ops(
+      reserving,
+      {KvMemoryOp::reserve(1, future), KvMemoryOp::free(1), KvMemoryOp::release_group(1)});
+  EXPECT_EQ(result.snapshot.num_free_device_blocks, 16);
+  EXPECT_FALSE(reserving.region_of(1).has_value());
+}
+
 TEST(PagedKvMirror, NeverCountsABlockFreeThatIsNotAndAgreesAfterReconcile) {
   PagedKvAllocator real(pool());
   PagedKvMirror mirror(pool());
