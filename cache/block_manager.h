@@ -1,7 +1,7 @@
 // BlockManager: the paged KV-cache memory manager (PagedAttention's block tables, reference
 // counts, copy-on-write, automatic prefix caching, CPU swap space). Pure logic: no threads, no
 // I/O. It decides which physical blocks hold which tokens; the executor moves the bytes using
-// the BlockCopy lists returned here. Lives on whichever thread owns it (later: the prefix-cache
+// the BlockCopy lists returned here. Lives on whichever thread owns it (the prefix-cache
 // actor); not thread-safe, not even for concurrent const calls (can_allocate fills a memo).
 //
 // Copy ordering contract: every BlockCopy a call returns must be run before the next forward

@@ -4,14 +4,17 @@
 //  - reserve-max / reserve-pow2 / reserve-oracle (ReservingKvAllocator): Orca-style baselines
 //    that give each sequence one contiguous region of the same block pool, reserved at
 //    admission, taken from a first-fit allocator (so external fragmentation is real).
-// Pure logic: no threads, no I/O; lives on the scheduler's thread. BlockManager's own interface
+// Pure logic: no threads, no I/O; lives on the thread of its owner (the prefix-cache actor in the
+// async engine, the Scheduler in the synchronous one). BlockManager's own interface
 // is unchanged: the paged allocator wraps it.
 //
 // Reservation contract: a region allocator must take a whole region when the scheduler decides
 // to admit a sequence (planning), not when allocate() runs later in the step, or two
 // admissions planned in one step could both be promised the same hole. The scheduler calls
 // reserve() for every sequence its plan allocates, before carrying the plan out; the paged
-// allocator takes nothing there.
+// allocator takes nothing there. When the allocator lives in the prefix-cache actor the
+// scheduler asks a replica (a reserving allocator's state is a pure function of its calls) and
+// the step's memory-op list repeats the reservation (cache/kv_memory_ops.h).
 #pragma once
 
 #include <cstdint>

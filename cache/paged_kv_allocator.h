@@ -1,8 +1,8 @@
 // PagedKvAllocator: the KvAllocator over the PagedAttention BlockManager (blocks taken on
 // demand, shared by forks with copy-on-write, prefix caching, swap). A thin adapter: the
 // BlockManager decides everything; this class only answers the scheduler's planning questions
-// and keeps the list of live sequences for the memory accounting. Lives on the scheduler's
-// thread.
+// and keeps the list of live sequences for the memory accounting. Lives on its owner's thread
+// (the prefix-cache actor's, or the synchronous Scheduler's).
 #pragma once
 
 #include <unordered_set>

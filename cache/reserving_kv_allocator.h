@@ -10,7 +10,7 @@
 // a region for prompt + max_tokens. There is no sharing: a fork copies the parent's region,
 // and a group with several sequences reserves a region for each at admission (parallel
 // sampling: best_of; beam search: 2 * width - 1, because beams fork before the losers free).
-// There is no swap space: preemption recomputes. Pure logic; lives on the scheduler's thread.
+// There is no swap space: preemption recomputes. Pure logic; lives on its owner's thread.
 #pragma once
 
 #include <map>
