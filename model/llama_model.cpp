@@ -242,6 +242,8 @@ std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& 
 
   // Only the rows that produce logits go through the final norm and the (large) LM head.
   const int num_out = static_cast<int>(batch.logits_indices.size());
+  // A step of prompt chunks that are not a prompt's last samples nothing: no rows to norm.
+  if (num_out == 0) return {};
   std::vector<float> selected(static_cast<size_t>(num_out) * hidden);
   for (int r = 0; r < num_out; ++r) {
     std::copy_n(x.begin() + static_cast<size_t>(batch.logits_indices[r]) * hidden, hidden,
