@@ -123,8 +123,10 @@ void matmul_packed(const float* x, const PackedWeight& w, float* out, int m, Thr
   if (isa == Isa::kAvx512) tile_fn = detail::matmul_tile_avx512;
   if (isa == Isa::kAvx2) tile_fn = detail::matmul_tile_avx2;
   // Tiles are independent column ranges: any split across threads leaves every chain intact.
-  parallel_for(pool, w.num_tiles(), 2.0 * m * w.rows() * w.cols(),
-               [&](int64_t tile) { tile_fn(x, w, out, m, static_cast<int>(tile)); });
+  // Each thread takes a contiguous run of tiles, which are stored one after another, so a
+  // decode step's weights reach each core as one sequential stream.
+  parallel_for_contiguous(pool, w.num_tiles(), 2.0 * m * w.rows() * w.cols(),
+                          [&](int64_t tile) { tile_fn(x, w, out, m, static_cast<int>(tile)); });
 }
 
 }  // namespace pagedserve::kernels
