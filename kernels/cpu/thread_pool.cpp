@@ -89,13 +89,13 @@ void ThreadPool::run_claims(uint64_t generation, const std::function<void(int64_
       continue;  // state was reloaded
     }
     task(index);
-    finish_task(num_tasks);
+    finish_tasks(1, num_tasks);
     state = state_.load(std::memory_order_acquire);
   }
 }
 
-void ThreadPool::finish_task(int64_t num_tasks) {
-  if (completed_.fetch_add(1, std::memory_order_acq_rel) + 1 == num_tasks) {
+void ThreadPool::finish_tasks(int64_t count, int64_t num_tasks) {
+  if (completed_.fetch_add(count, std::memory_order_acq_rel) + count == num_tasks) {
     // The caller may be asleep; taking the mutex orders this notify after its predicate check.
     std::lock_guard<std::mutex> lock(mutex_);
     work_done_.notify_one();
@@ -105,6 +105,13 @@ void ThreadPool::finish_task(int64_t num_tasks) {
 void ThreadPool::run_shares(uint64_t generation, int own,
                             const std::function<void(int64_t)>& task) {
   const int num_shares = static_cast<int>(shares_.size());
+  // Tasks run here are counted once, on the way out: one update of the shared counter per
+  // thread and call instead of one per task (each moves its cache line between the cores).
+  // The call cannot end before they are counted, so num_tasks_ is still this call's then.
+  int64_t ran = 0;
+  const auto count_ran = [&] {
+    if (ran > 0) finish_tasks(ran, num_tasks_.load(std::memory_order_acquire));
+  };
   for (;;) {
     // Our own share, front to back. Only we move its begin; thieves move its end.
     std::atomic<uint64_t>& mine = shares_[own].word;
@@ -115,11 +122,13 @@ void ThreadPool::run_shares(uint64_t generation, int own,
         continue;  // a thief took from the end; share was reloaded
       }
       task(share_begin(share));
-      // The call cannot end before this task is counted, so num_tasks_ is still this call's.
-      finish_task(num_tasks_.load(std::memory_order_acquire));
+      ++ran;
       share = mine.load(std::memory_order_acquire);
     }
-    if (generation_of(share) != generation) return;  // a newer call: this one is over
+    if (generation_of(share) != generation) {  // a newer call: this one is over (ran is 0)
+      count_ran();
+      return;
+    }
     // Ours is empty: take the back half of the first share with work left and make it ours,
     // so the stolen tasks still run as one ascending range.
     bool stole = false;
@@ -138,9 +147,15 @@ void ThreadPool::run_shares(uint64_t generation, int own,
           break;
         }
       }
-      if (generation_of(theirs) != generation) return;
+      if (generation_of(theirs) != generation) {
+        count_ran();
+        return;
+      }
     }
-    if (!stole) return;  // every share is empty: all tasks are claimed
+    if (!stole) {  // every share is empty: all tasks are claimed
+      count_ran();
+      return;
+    }
   }
 }
 

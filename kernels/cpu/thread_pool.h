@@ -54,7 +54,9 @@ class ThreadPool {
   // Runs share `own` in order, then steals from the others, until every share of generation
   // `generation` is empty or a newer call has started.
   void run_shares(uint64_t generation, int own, const std::function<void(int64_t)>& task);
-  void finish_task(int64_t num_tasks);
+  // Adds `count` finished tasks of the current call (of num_tasks) and wakes the caller when
+  // that completes the call.
+  void finish_tasks(int64_t count, int64_t num_tasks);
   // Publishes a call (the shared counter and, for the contiguous mode, the shares), runs the
   // caller's part and waits for the rest.
   void run_call(int64_t num_tasks, const std::function<void(int64_t)>& task, bool contiguous);
