@@ -102,24 +102,16 @@ TEST(ThreadPool, ContiguousRunsEveryTaskExactlyOncePerCall) {
   }
 }
 
-// With nobody held up, each thread runs one ascending range: the caller starts at task 0 and
-// its tasks are increasing; and the shares of a stalled thread are taken over by the others
-// (here the caller is stalled on its first task, so a worker must steal from it).
-TEST(ThreadPool, ContiguousSharesAscendAndAreStolenWhenAThreadStalls) {
+// The shares of a stalled thread are taken over by the others: whichever thread runs task 0
+// (normally the caller, whose share starts there) stalls on it, and the other thread then runs
+// its own share and steals the rest of the stalled one, each run in ascending order.
+TEST(ThreadPool, ContiguousSharesAreStolenFromAStalledThread) {
   ThreadPool pool(2, 0.0);
   const int n = 64;
   std::mutex mutex;
   std::map<std::thread::id, std::vector<int64_t>> order;
-  std::atomic<bool> worker_started{false};
   pool.parallel_for_contiguous(n, [&](int64_t i) {
-    if (i == 0) {
-      // Hold the caller until a worker has run something, then a while longer, so the worker
-      // finishes its own half and steals from the caller's.
-      while (!worker_started.load()) std::this_thread::yield();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    } else {
-      worker_started.store(true);
-    }
+    if (i == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     std::lock_guard<std::mutex> lock(mutex);
     order[std::this_thread::get_id()].push_back(i);
   });
@@ -129,12 +121,18 @@ TEST(ThreadPool, ContiguousSharesAscendAndAreStolenWhenAThreadStalls) {
   std::vector<int64_t> expected(n);
   std::iota(expected.begin(), expected.end(), 0);
   EXPECT_EQ(all, expected);
-  const std::vector<int64_t>& callers = order[std::this_thread::get_id()];
-  ASSERT_FALSE(callers.empty());
-  EXPECT_EQ(callers.front(), 0);
-  EXPECT_TRUE(std::is_sorted(callers.begin(), callers.end()));
-  // The worker ran its own half and stole part of the caller's: more than half of the tasks.
-  EXPECT_GT(n - static_cast<int64_t>(callers.size()), n / 2);
+  const auto stalled = std::find_if(order.begin(), order.end(), [](const auto& entry) {
+    return std::find(entry.second.begin(), entry.second.end(), 0) != entry.second.end();
+  });
+  ASSERT_NE(stalled, order.end());
+  // The usual case: the caller claimed task 0 first and stalled on it; it then ran at most
+  // what was left of its share (ascending), and the worker did its own half and stole most of
+  // the caller's. (Rarely a descheduled caller has its whole share stolen, task 0 included.)
+  if (stalled->first == std::this_thread::get_id()) {
+    EXPECT_LT(static_cast<int>(stalled->second.size()), n / 2);
+    EXPECT_EQ(stalled->second.front(), 0);
+    EXPECT_TRUE(std::is_sorted(stalled->second.begin(), stalled->second.end()));
+  }
 }
 
 // Back-to-back short calls in the contiguous mode: no stale worker may run a finished call's
