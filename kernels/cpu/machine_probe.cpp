@@ -10,6 +10,7 @@
 #include <new>
 #include <vector>
 
+#include "kernels/cpu/huge_page_allocator.h"
 #include "kernels/cpu/thread_pool.h"
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*, a -Wmaybe-uninitialized false
@@ -118,7 +119,9 @@ double fma_loop_flops(Isa isa) {
 
 double measure_read_bandwidth_gbps(ThreadPool* pool, size_t buffer_bytes, int repeats, Isa isa) {
   const size_t n = buffer_bytes / sizeof(float);
-  auto* data = static_cast<float*>(::operator new[](n * sizeof(float), std::align_val_t{64}));
+  // The same memory the kernels stream (huge pages where the OS allows): on 4 KiB pages this
+  // loop read ~6% less (77 against 82 GB/s here), which would flatter every roofline fraction.
+  auto* data = static_cast<float*>(allocate_huge_aligned(n * sizeof(float), 64));
   std::memset(data, 0, n * sizeof(float));    // touch every page before timing
   constexpr size_t kChunk = size_t{1} << 20;  // floats per task: 4 MiB
   const int64_t num_tasks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
@@ -138,7 +141,7 @@ double measure_read_bandwidth_gbps(ThreadPool* pool, size_t buffer_bytes, int re
   }
   volatile float sink = 0;
   for (float s : sinks) sink = sink + s;
-  ::operator delete[](data, std::align_val_t{64});
+  free_huge_aligned(data, n * sizeof(float), 64);
   return best;
 }
 

@@ -8,19 +8,17 @@
 #include <cstring>
 #include <new>
 
+#include "kernels/cpu/huge_page_allocator.h"
 #include "kernels/cpu/thread_pool.h"
-
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
 
 namespace pagedserve::kernels {
 
 size_t weight_dtype_size(WeightDtype dtype) { return dtype == WeightDtype::kF32 ? 4 : 2; }
 
-void AlignedFree::operator()(std::byte* p) const {
-  ::operator delete[](p, std::align_val_t{alignment});
-}
+// Packed weights: 64-byte aligned for the vector loads (large ones get 2 MiB alignment).
+constexpr size_t kPackedAlignment = 64;
+
+void AlignedFree::operator()(std::byte* p) const { free_huge_aligned(p, bytes, kPackedAlignment); }
 
 PackedWeight PackedWeight::pack(const void* w, WeightDtype dtype, int n, int k) {
   assert(n >= 0 && k >= 0 && (w != nullptr || static_cast<int64_t>(n) * k == 0));
@@ -31,18 +29,9 @@ PackedWeight PackedWeight::pack(const void* w, WeightDtype dtype, int n, int k) 
   packed.num_tiles_ = (n + kTileRows - 1) / kTileRows;
   const size_t elem = weight_dtype_size(dtype);
   const size_t total = std::max<size_t>(64, packed.tile_bytes() * packed.num_tiles_);
-  constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t alignment = total >= kHugePage ? kHugePage : 64;
   packed.storage_ = std::unique_ptr<std::byte, AlignedFree>(
-      static_cast<std::byte*>(::operator new[](total, std::align_val_t{alignment})),
-      AlignedFree{alignment});
-#ifdef __linux__
-  if (alignment == kHugePage) {
-    // A hint: without transparent huge pages this fails harmlessly and 4 KiB pages are used.
-    madvise(packed.storage_.get(), total / kHugePage * kHugePage, MADV_HUGEPAGE);
-  }
-#endif
-  std::memset(packed.storage_.get(), 0, total);  // after madvise, so the first touch maps huge
+      static_cast<std::byte*>(allocate_huge_aligned(total, kPackedAlignment)), AlignedFree{total});
+  std::memset(packed.storage_.get(), 0, total);  // the first touch: maps huge pages
   packed.data_ = packed.storage_.get();
   const auto* src = static_cast<const std::byte*>(w);
   for (int row = 0; row < n; ++row) {
@@ -123,8 +112,10 @@ void matmul_packed(const float* x, const PackedWeight& w, float* out, int m, Thr
   if (isa == Isa::kAvx512) tile_fn = detail::matmul_tile_avx512;
   if (isa == Isa::kAvx2) tile_fn = detail::matmul_tile_avx2;
   // Tiles are independent column ranges: any split across threads leaves every chain intact.
-  parallel_for(pool, w.num_tiles(), 2.0 * m * w.rows() * w.cols(),
-               [&](int64_t tile) { tile_fn(x, w, out, m, static_cast<int>(tile)); });
+  // Each thread takes a contiguous run of tiles, which are stored one after another, so a
+  // decode step's weights reach each core as one sequential stream.
+  parallel_for_contiguous(pool, w.num_tiles(), 2.0 * m * w.rows() * w.cols(),
+                          [&](int64_t tile) { tile_fn(x, w, out, m, static_cast<int>(tile)); });
 }
 
 }  // namespace pagedserve::kernels

@@ -30,9 +30,9 @@ size_t weight_dtype_size(WeightDtype dtype);
 // one k step of a tile is 64 consecutive values (one stream for the hardware prefetcher, four
 // 16-float vectors). The last tile is padded with zero rows, so every kernel tile is full
 // width. Move-only.
-// Frees PackedWeight storage allocated with the given alignment.
+// Frees PackedWeight storage (kernels/cpu/huge_page_allocator.h) of the given size.
 struct AlignedFree {
-  size_t alignment = 64;
+  size_t bytes = 0;
   void operator()(std::byte* p) const;
 };
 
@@ -56,8 +56,8 @@ class PackedWeight {
   const std::byte* tile(int t) const { return data_ + static_cast<size_t>(t) * tile_bytes(); }
 
  private:
-  // 64-byte aligned; 2 MiB aligned and backed by huge pages where the OS allows, for large
-  // weights (decode streams them, and 4 KiB pages cost a TLB miss every 4 KiB).
+  // 64-byte aligned; for large weights 2 MiB aligned, freshly mapped and backed by huge pages
+  // where the OS allows (decode streams them, and 4 KiB pages cost a TLB miss every 4 KiB).
   std::unique_ptr<std::byte, AlignedFree> storage_;
   const std::byte* data_ = nullptr;
   int n_ = 0;

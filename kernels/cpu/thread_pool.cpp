@@ -23,6 +23,16 @@ int64_t num_tasks_of(uint64_t state) {
 }
 int64_t next_index_of(uint64_t state) { return static_cast<int64_t>(state & kIndexMask); }
 
+// A contiguous-mode share: generation | begin | end, the same field widths as the state word.
+uint64_t make_share(uint64_t generation, int64_t begin, int64_t end) {
+  return (generation << kGenerationShift) | (static_cast<uint64_t>(begin) << kIndexBits) |
+         static_cast<uint64_t>(end);
+}
+int64_t share_begin(uint64_t share) {
+  return static_cast<int64_t>((share >> kIndexBits) & kIndexMask);
+}
+int64_t share_end(uint64_t share) { return static_cast<int64_t>(share & kIndexMask); }
+
 // How long a worker (or the waiting caller) spins before it blocks. Long enough to bridge the
 // gaps between the kernels of one forward pass, short enough not to burn a core between steps.
 constexpr auto kSpinTime = std::chrono::microseconds(200);
@@ -54,7 +64,8 @@ ThreadPool::ThreadPool(int num_threads, double min_parallel_flops)
     : min_parallel_flops_(min_parallel_flops) {
   if (num_threads <= 0)
     num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  shares_ = std::vector<Share>(static_cast<size_t>(num_threads));
+  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -78,16 +89,77 @@ void ThreadPool::run_claims(uint64_t generation, const std::function<void(int64_
       continue;  // state was reloaded
     }
     task(index);
-    if (completed_.fetch_add(1, std::memory_order_acq_rel) + 1 == num_tasks) {
-      // The caller may be asleep; taking the mutex orders this notify after its predicate check.
-      std::lock_guard<std::mutex> lock(mutex_);
-      work_done_.notify_one();
-    }
+    finish_tasks(1, num_tasks);
     state = state_.load(std::memory_order_acquire);
   }
 }
 
-void ThreadPool::worker_loop() {
+void ThreadPool::finish_tasks(int64_t count, int64_t num_tasks) {
+  if (completed_.fetch_add(count, std::memory_order_acq_rel) + count == num_tasks) {
+    // The caller may be asleep; taking the mutex orders this notify after its predicate check.
+    std::lock_guard<std::mutex> lock(mutex_);
+    work_done_.notify_one();
+  }
+}
+
+void ThreadPool::run_shares(uint64_t generation, int own,
+                            const std::function<void(int64_t)>& task) {
+  const int num_shares = static_cast<int>(shares_.size());
+  // Tasks run here are counted once, on the way out: one update of the shared counter per
+  // thread and call instead of one per task (each moves its cache line between the cores).
+  // The call cannot end before they are counted, so num_tasks_ is still this call's then.
+  int64_t ran = 0;
+  const auto count_ran = [&] {
+    if (ran > 0) finish_tasks(ran, num_tasks_.load(std::memory_order_acquire));
+  };
+  for (;;) {
+    // Our own share, front to back. Only we move its begin; thieves move its end.
+    std::atomic<uint64_t>& mine = shares_[own].word;
+    uint64_t share = mine.load(std::memory_order_acquire);
+    while (generation_of(share) == generation && share_begin(share) < share_end(share)) {
+      if (!mine.compare_exchange_weak(share, share + (uint64_t{1} << kIndexBits),
+                                      std::memory_order_acq_rel, std::memory_order_acquire)) {
+        continue;  // a thief took from the end; share was reloaded
+      }
+      task(share_begin(share));
+      ++ran;
+      share = mine.load(std::memory_order_acquire);
+    }
+    if (generation_of(share) != generation) {  // a newer call: this one is over (ran is 0)
+      count_ran();
+      return;
+    }
+    // Ours is empty: take the back half of the first share with work left and make it ours,
+    // so the stolen tasks still run as one ascending range.
+    bool stole = false;
+    for (int step = 1; step < num_shares && !stole; ++step) {
+      std::atomic<uint64_t>& victim = shares_[(own + step) % num_shares].word;
+      uint64_t theirs = victim.load(std::memory_order_acquire);
+      while (generation_of(theirs) == generation && share_begin(theirs) < share_end(theirs)) {
+        const int64_t begin = share_begin(theirs);
+        const int64_t end = share_end(theirs);
+        const int64_t middle = begin + (end - begin) / 2;  // end - begin == 1: take it all
+        if (victim.compare_exchange_weak(theirs, make_share(generation, begin, middle),
+                                         std::memory_order_acq_rel, std::memory_order_acquire)) {
+          // Ours is empty, so no thief touches it until this store makes [middle, end) visible.
+          mine.store(make_share(generation, middle, end), std::memory_order_release);
+          stole = true;
+          break;
+        }
+      }
+      if (generation_of(theirs) != generation) {
+        count_ran();
+        return;
+      }
+    }
+    if (!stole) {  // every share is empty: all tasks are claimed
+      count_ran();
+      return;
+    }
+  }
+}
+
+void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
     const auto woken = [&] {
@@ -103,11 +175,28 @@ void ThreadPool::worker_loop() {
     // Read after seeing the generation: this call's function, or a later one's, in which case
     // every claim below fails (the later call starts only once this one's tasks are all claimed).
     const std::function<void(int64_t)>* task = task_.load(std::memory_order_acquire);
-    if (task != nullptr) run_claims(seen, *task);
+    if (task == nullptr) continue;
+    // Read after the generation too: this call's mode, or a later call's (then this call has
+    // ended, and the claims below fail).
+    if (contiguous_.load(std::memory_order_acquire)) {
+      run_shares(seen, index, *task);
+    } else {
+      run_claims(seen, *task);
+    }
   }
 }
 
 void ThreadPool::parallel_for(int64_t num_tasks, const std::function<void(int64_t)>& task) {
+  run_call(num_tasks, task, /*contiguous=*/false);
+}
+
+void ThreadPool::parallel_for_contiguous(int64_t num_tasks,
+                                         const std::function<void(int64_t)>& task) {
+  run_call(num_tasks, task, /*contiguous=*/true);
+}
+
+void ThreadPool::run_call(int64_t num_tasks, const std::function<void(int64_t)>& task,
+                          bool contiguous) {
   if (num_tasks <= 0) return;
   if (workers_.empty() || num_tasks == 1) {
     for (int64_t i = 0; i < num_tasks; ++i) task(i);
@@ -115,24 +204,43 @@ void ThreadPool::parallel_for(int64_t num_tasks, const std::function<void(int64_
   }
   if (num_tasks >= kMaxTasks) {  // too many for the state word: run ranges of tasks instead
     const int64_t per_chunk = (num_tasks + kMaxTasks - 2) / (kMaxTasks - 1);
-    parallel_for((num_tasks + per_chunk - 1) / per_chunk, [&](int64_t chunk) {
-      const int64_t end = std::min(num_tasks, (chunk + 1) * per_chunk);
-      for (int64_t i = chunk * per_chunk; i < end; ++i) task(i);
-    });
+    run_call((num_tasks + per_chunk - 1) / per_chunk,
+             [&](int64_t chunk) {
+               const int64_t end = std::min(num_tasks, (chunk + 1) * per_chunk);
+               for (int64_t i = chunk * per_chunk; i < end; ++i) task(i);
+             },
+             contiguous);
     return;
   }
   generation_ = (generation_ + 1) & kGenerationMask;
   if (generation_ == 0) generation_ = 1;  // 0 is the idle state workers start from
   task_.store(&task, std::memory_order_release);
   completed_.store(0, std::memory_order_relaxed);
+  num_tasks_.store(num_tasks, std::memory_order_relaxed);
+  contiguous_.store(contiguous, std::memory_order_relaxed);
+  // Contiguous mode: thread i's share is [i n / T, (i + 1) n / T); the shared counter starts
+  // exhausted so that only the shares hand out tasks.
+  const int num_shares = static_cast<int>(shares_.size());
+  if (contiguous) {
+    for (int i = 0; i < num_shares; ++i) {
+      shares_[i].word.store(
+          make_share(generation_, num_tasks * i / num_shares, num_tasks * (i + 1) / num_shares),
+          std::memory_order_relaxed);
+    }
+  }
+  const uint64_t first_unclaimed = contiguous ? static_cast<uint64_t>(num_tasks) : 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);  // a worker about to sleep cannot miss this
-    state_.store(
-        (generation_ << kGenerationShift) | (static_cast<uint64_t>(num_tasks) << kIndexBits),
-        std::memory_order_release);
+    state_.store((generation_ << kGenerationShift) |
+                     (static_cast<uint64_t>(num_tasks) << kIndexBits) | first_unclaimed,
+                 std::memory_order_release);
   }
   work_ready_.notify_all();
-  run_claims(generation_, task);
+  if (contiguous) {
+    run_shares(generation_, 0, task);
+  } else {
+    run_claims(generation_, task);
+  }
   const auto all_done = [&] { return completed_.load(std::memory_order_acquire) == num_tasks; };
   if (!spin_until(all_done)) {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -147,6 +255,15 @@ void parallel_for(ThreadPool* pool, int64_t num_tasks, double estimated_flops,
     return;
   }
   pool->parallel_for(num_tasks, task);
+}
+
+void parallel_for_contiguous(ThreadPool* pool, int64_t num_tasks, double estimated_flops,
+                             const std::function<void(int64_t)>& task) {
+  if (pool == nullptr || pool->num_threads() == 1 || estimated_flops < pool->min_parallel_flops()) {
+    for (int64_t i = 0; i < num_tasks; ++i) task(i);
+    return;
+  }
+  pool->parallel_for_contiguous(num_tasks, task);
 }
 
 }  // namespace pagedserve::kernels
