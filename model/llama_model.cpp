@@ -223,6 +223,7 @@ std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& 
     kernels::write_kv(k.data(), v.data(), batch.slot_mapping.data(), num_tokens, layer_cache);
     attention.key_cache = layer_cache.key;
     attention.value_cache = layer_cache.value;
+    attention.kv_dtype = layer_cache.dtype;
     kernels::paged_attention(attention, pool_, isa_);
     kernels::matmul_packed(attn.data(), w.wo, proj.data(), num_tokens, pool_, isa_);
     kernels::add_rms_norm(x.data(), proj.data(), w.post_norm.data(), h.data(), num_tokens, hidden,
