@@ -25,11 +25,9 @@ namespace pagedserve::kernels::detail {
 namespace {
 
 constexpr int kMaxBlockSize = 128;
-constexpr int kMaxGroup = 16;       // query heads handled per walk of the block table
-constexpr int kMaxQueries = 8;      // query tokens handled per walk of the block table
-constexpr int kMaxUnits = 16;       // (KV head, up to kMaxGroup query heads) units per walk
-constexpr int kPrefetchBlocks = 1;  // how far ahead the block walk prefetches K and V
-constexpr int kPrefetchLines = 2;   // cache lines prefetched at the start of each K and V run
+constexpr int kMaxGroup = 16;   // query heads handled per walk of the block table
+constexpr int kMaxQueries = 8;  // query tokens handled per walk of the block table
+constexpr int kMaxUnits = 16;   // (KV head, up to kMaxGroup query heads) units per walk
 
 PS_TARGET_AVX512 inline __mmask16 tail_mask(int n) {
   return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
@@ -351,23 +349,22 @@ PS_TARGET_AVX512 void attend_walk(const PagedAttentionParams& p, const float* q,
   const Element* value_cache = static_cast<const Element*>(p.value_cache);
   const int last_pos = first_pos + num_queries - 1;
   const int num_blocks = last_pos / p.block_size + 1;
-  // The next block is scattered elsewhere: touch the start of each of its units' K and V runs
-  // a block ahead, so the hardware prefetchers are already streaming them when the walk
-  // arrives (prefetching whole blocks in software ties up the core's miss buffers instead).
-  const auto prefetch_block = [&](int b) {
-    if (b >= num_blocks) return;
-    const long block_base = block_table[b] * block_stride;
-    for (int u = 0; u < num_units; ++u) {
-      const long base = block_base + units[u].kv_head * head_stride;
-      for (int line = 0; line < kPrefetchLines; ++line) {
-        _mm_prefetch(reinterpret_cast<const char*>(key_cache + base) + 64 * line, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(value_cache + base) + 64 * line, _MM_HINT_T0);
-      }
+  // Software prefetch, one 4 KiB-ish run ahead: while a unit's keys are read (scores), its
+  // values are fetched, and while its values are read, the next unit's keys (the next block's
+  // first unit at the end of a block, which the hardware prefetchers cannot guess: blocks are
+  // scattered). Two runs in flight keep the core's memory pipeline busy through the compute
+  // between loads; on this machine (AMD EPYC, huge pages) one core streams 32 x 512-token
+  // decode attention at ~1.6x the rate without it, where prefetching whole blocks further
+  // ahead, or only their first lines, changed nothing.
+  const long run_bytes = head_stride * static_cast<long>(sizeof(Element));
+  const auto prefetch_run = [run_bytes](const Element* run) {
+    const char* bytes = reinterpret_cast<const char*>(run);
+    for (long offset = 0; offset < run_bytes; offset += 64) {
+      _mm_prefetch(bytes + offset, _MM_HINT_T0);
     }
   };
-  for (int b = 0; b < kPrefetchBlocks; ++b) prefetch_block(b);
+  prefetch_run(key_cache + block_table[0] * block_stride + units[0].kv_head * head_stride);
   for (int b = 0; b < num_blocks; ++b) {
-    prefetch_block(b + kPrefetchBlocks);
     const int32_t block_id = block_table[b];
     assert(block_id >= 0);
     // Queries are consecutive positions, so those that see this block are a suffix of the
@@ -383,6 +380,13 @@ PS_TARGET_AVX512 void attend_walk(const PagedAttentionParams& p, const float* q,
       const long base = block_id * block_stride + unit.kv_head * head_stride;
       const Element* keys = key_cache + base;
       const Element* values = value_cache + base;
+      prefetch_run(values);
+      if (u + 1 < num_units) {
+        prefetch_run(key_cache + block_id * block_stride + units[u + 1].kv_head * head_stride);
+      } else if (b + 1 < num_blocks) {
+        prefetch_run(key_cache + block_table[b + 1] * block_stride +
+                     units[0].kv_head * head_stride);
+      }
       const auto q_of = [&](int t, int h) {
         return q + t * token_stride + static_cast<long>(unit.first_head + h) * d;
       };
