@@ -72,11 +72,11 @@ struct KvCacheView {
 };
 
 // Writes new keys and values into their cache slots, rounded to the cache's dtype (to nearest
-// even: f32_to_f16 / f32_to_bf16 in kv_dtype.h).
+// even: f32_to_f16 / f32_to_bf16 in kv_dtype.h; every isa gives the same bits).
 // key, value: [num_tokens, num_kv_heads, head_dim]; slot_mapping: [num_tokens], a slot is
 // block_id * block_size + offset; a negative slot means "skip this token" (padding).
 void write_kv(const float* key, const float* value, const int64_t* slot_mapping, int num_tokens,
-              const KvCacheView& cache);
+              const KvCacheView& cache, Isa isa = best_isa());
 
 // Attention over a batch of sequences whose K/V are read only through their block tables.
 // Sequence s contributes query_start_loc[s+1] - query_start_loc[s] = q_len query tokens (1 for
