@@ -321,6 +321,17 @@ TEST(PagedAttention, HeadDimsAndGqaRatios) {
   }
 }
 
+// More KV heads (x group chunks) than one AVX-512 walk carries (16 units): a task with all the
+// heads walks them in several passes, a split task in one; every split gives the same bits.
+TEST(PagedAttention, ManyKvHeads) {
+  std::mt19937 rng(9);
+  for (KvDtype dtype : kAllDtypes) {
+    run_case({16, 20, 1, 16, 1.0f, {{40, 40}, {33, 1}, {70, 9}}}, rng, dtype);
+    run_case({8, 9, 20, 8, 1.0f, {{30, 30}, {17, 1}}}, rng, dtype);  // 2 units per KV head
+    if (HasFailure()) return;
+  }
+}
+
 // Sharp softmax: scores spread over tens of units, so the running max moves block by block and
 // the rescaling of earlier blocks dominates the result.
 TEST(PagedAttention, SharpSoftmaxRescales) {
