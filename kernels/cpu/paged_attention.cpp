@@ -23,7 +23,6 @@ constexpr int kTasksPerThread = 2;
 
 // K/V elements widened to float: exact for every dtype, so the arithmetic after the load is
 // the float32 path's.
-inline float widen(float x) { return x; }
 template <KvDtype kDtype>
 inline float widen_16(uint16_t x) {
   return kDtype == KvDtype::kFloat16 ? f16_to_f32(x) : bf16_to_f32(x);
