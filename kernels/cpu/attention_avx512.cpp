@@ -354,7 +354,7 @@ PS_TARGET_AVX512 void attend_walk(const PagedAttentionParams& p, const float* q,
   // first unit at the end of a block, which the hardware prefetchers cannot guess: blocks are
   // scattered). Two runs in flight keep the core's memory pipeline busy through the compute
   // between loads; on this machine (AMD EPYC, huge pages) one core streams 32 x 512-token
-  // decode attention at ~1.6x the rate without it, where prefetching whole blocks further
+  // decode attention at ~1.5x the rate without it, where prefetching whole blocks further
   // ahead, or only their first lines, changed nothing.
   const long run_bytes = head_stride * static_cast<long>(sizeof(Element));
   const auto prefetch_run = [run_bytes](const Element* run) {
