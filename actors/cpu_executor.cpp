@@ -11,22 +11,23 @@
 namespace pagedserve::actors {
 
 CpuExecutor::CpuExecutor(const model::LlamaWeights& weights, int block_size, int num_device_blocks,
-                         int num_cpu_blocks, int num_threads)
+                         int num_cpu_blocks, int num_threads, kernels::KvDtype kv_dtype)
     : pool_(std::make_unique<kernels::ThreadPool>(num_threads)),
       model_(weights, pool_.get()),
       device_cache_(model_.config().num_hidden_layers, num_device_blocks, block_size,
-                    model_.config().num_key_value_heads, model_.config().head_dim),
+                    model_.config().num_key_value_heads, model_.config().head_dim, kv_dtype),
       cpu_cache_(model_.config().num_hidden_layers, num_cpu_blocks, block_size,
-                 model_.config().num_key_value_heads, model_.config().head_dim) {}
+                 model_.config().num_key_value_heads, model_.config().head_dim, kv_dtype) {}
 
 CpuExecutor::CpuExecutor(const model::LlamaCheckpoint& checkpoint, int block_size,
-                         int num_device_blocks, int num_cpu_blocks, int num_threads)
+                         int num_device_blocks, int num_cpu_blocks, int num_threads,
+                         kernels::KvDtype kv_dtype)
     : pool_(std::make_unique<kernels::ThreadPool>(num_threads)),
       model_(checkpoint, pool_.get()),
       device_cache_(model_.config().num_hidden_layers, num_device_blocks, block_size,
-                    model_.config().num_key_value_heads, model_.config().head_dim),
+                    model_.config().num_key_value_heads, model_.config().head_dim, kv_dtype),
       cpu_cache_(model_.config().num_hidden_layers, num_cpu_blocks, block_size,
-                 model_.config().num_key_value_heads, model_.config().head_dim) {}
+                 model_.config().num_key_value_heads, model_.config().head_dim, kv_dtype) {}
 
 StepOutput CpuExecutor::execute(const StepInput& input) {
   // Swap-out first: the blocks it frees may be the destinations of this step's swap-ins.

@@ -15,11 +15,14 @@ namespace pagedserve::actors {
 class CpuExecutor final : public Executor {
  public:
   // num_threads: kernel threads including the executor's own (0: one per hardware thread).
+  // kv_dtype: what the KV pools (device and swap) store; K/V are rounded to it when written.
   CpuExecutor(const model::LlamaWeights& weights, int block_size, int num_device_blocks,
-              int num_cpu_blocks, int num_threads = 1);
+              int num_cpu_blocks, int num_threads = 1,
+              kernels::KvDtype kv_dtype = kernels::KvDtype::kFloat32);
   // Packs straight from the checkpoint (16-bit weights stay 16-bit); see LlamaModel.
   CpuExecutor(const model::LlamaCheckpoint& checkpoint, int block_size, int num_device_blocks,
-              int num_cpu_blocks, int num_threads = 1);
+              int num_cpu_blocks, int num_threads = 1,
+              kernels::KvDtype kv_dtype = kernels::KvDtype::kFloat32);
 
   StepOutput execute(const StepInput& input) override;
   const model::ModelConfig& model_config() const override { return model_.config(); }

@@ -125,6 +125,23 @@ std::string resolve_device(const std::string& device) {
   throw std::invalid_argument("--device must be cpu, cuda, auto or sim, got '" + device + "'");
 }
 
+kernels::KvDtype resolve_cpu_kv_dtype(const std::string& kv_cache_dtype,
+                                      const std::string& torch_dtype) {
+  if (kv_cache_dtype == "auto") {
+    return kernels::parse_kv_dtype(torch_dtype).value_or(kernels::KvDtype::kFloat32);
+  }
+  if (const auto dtype = kernels::parse_kv_dtype(kv_cache_dtype)) return *dtype;
+  if (kv_cache_dtype.starts_with("fp8")) {
+    throw std::invalid_argument("--kv-cache-dtype " + kv_cache_dtype +
+                                ": the CPU executor stores K/V as float32, float16 or bfloat16; "
+                                "fp8 needs --device cuda");
+  }
+  throw std::invalid_argument(
+      "--kv-cache-dtype must be auto, float32, float16, bfloat16 or fp8, "
+      "got '" +
+      kv_cache_dtype + "'");
+}
+
 EngineSetup set_up_engine(const EngineConfig& config_in) {
   EngineSetup setup;
   EngineConfig& config = setup.config;
@@ -153,6 +170,12 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
   shape.dtype_bytes = sizeof(float);
   shape.block_size = config.block_size;
   if (cuda) shape.dtype_bytes = cache::kv_dtype_bytes(cuda_kv_dtype_name(config, mc));
+  kernels::KvDtype cpu_kv_dtype = kernels::KvDtype::kFloat32;
+  if (!cuda) {
+    cpu_kv_dtype = resolve_cpu_kv_dtype(config.kv_cache_dtype, mc.torch_dtype);
+    config.kv_cache_dtype = kernels::kv_dtype_name(cpu_kv_dtype);
+    shape.dtype_bytes = kernels::kv_dtype_size(cpu_kv_dtype);
+  }
   if (config.num_kv_blocks <= 0 && !cuda) {
     const int from_memory = cache::num_blocks_for_memory(shape, config.kv_cache_memory_bytes);
     // More blocks than every sequence at full length could use is wasted memory.
@@ -171,8 +194,9 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
   set_up_scheduler(setup, num_cpu_blocks, mc.eos_token_ids);
 
   if (!cuda) {
-    setup.executor = std::make_unique<CpuExecutor>(
-        checkpoint, config.block_size, config.num_kv_blocks, num_cpu_blocks, config.num_threads);
+    setup.executor =
+        std::make_unique<CpuExecutor>(checkpoint, config.block_size, config.num_kv_blocks,
+                                      num_cpu_blocks, config.num_threads, cpu_kv_dtype);
   }
   return setup;
 }

@@ -13,6 +13,7 @@
 #include "actors/executor.h"
 #include "actors/scheduler.h"
 #include "cache/block_manager.h"
+#include "kernels/cpu/kv_dtype.h"
 #include "model/sampling_params.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -47,8 +48,10 @@ struct EngineConfig {
   // CUDA only. The KV pool takes what this share of the device's memory leaves after the
   // weights and workspace (unless num_kv_blocks is set); kv_cache_memory_bytes is not used.
   double gpu_memory_utilization = 0.9;
-  std::string dtype = "auto";           // CUDA weights: auto (the model's), float32/16, bfloat16
-  std::string kv_cache_dtype = "auto";  // CUDA KV cache: auto (= weights), float32/16, bf16, fp8
+  std::string dtype = "auto";  // CUDA weights: auto (the model's), float32/16, bfloat16
+  // KV cache: auto (= the weights'), float32, float16, bfloat16, or fp8 (CUDA only). On the CPU,
+  // auto is the checkpoint's torch_dtype, and set_up_engine writes the resolved name back.
+  std::string kv_cache_dtype = "auto";
 };
 
 struct EngineSetup {
@@ -67,6 +70,13 @@ EngineSetup set_up_engine(const EngineConfig& config);
 // "cpu" or "cuda" for a --device value (cpu, cuda, auto). Throws std::invalid_argument for an
 // unknown name, and for cuda when the binary has no CUDA or no device is visible.
 std::string resolve_device(const std::string& device);
+
+// The CPU executor's KV-cache element type for a --kv-cache-dtype value: float32, float16 or
+// bfloat16 (and their short names); auto is the checkpoint's torch_dtype, float32 when that is
+// empty or not one of the three. Throws std::invalid_argument for fp8 (CUDA only) and for
+// unknown names.
+kernels::KvDtype resolve_cpu_kv_dtype(const std::string& kv_cache_dtype,
+                                      const std::string& torch_dtype);
 
 // Empty when the engine can take the request, else the reason (empty prompt, ids outside the
 // vocabulary, too long for max_model_len, invalid sampling, more sequences than max_num_seqs).

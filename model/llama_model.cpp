@@ -220,9 +220,10 @@ std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& 
     kernels::rope_rotate_half_table(q.data(), k.data(), rope_cos_sin.data(), num_tokens,
                                     c.num_attention_heads, c.num_key_value_heads, head_dim, pool_);
     const kernels::KvCacheView layer_cache = cache.layer(l);
-    kernels::write_kv(k.data(), v.data(), batch.slot_mapping.data(), num_tokens, layer_cache);
+    kernels::write_kv(k.data(), v.data(), batch.slot_mapping.data(), num_tokens, layer_cache, isa_);
     attention.key_cache = layer_cache.key;
     attention.value_cache = layer_cache.value;
+    attention.kv_dtype = layer_cache.dtype;
     kernels::paged_attention(attention, pool_, isa_);
     kernels::matmul_packed(attn.data(), w.wo, proj.data(), num_tokens, pool_, isa_);
     kernels::add_rms_norm(x.data(), proj.data(), w.post_norm.data(), h.data(), num_tokens, hidden,

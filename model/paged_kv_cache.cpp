@@ -7,18 +7,21 @@
 namespace pagedserve::model {
 
 PagedKvCache::PagedKvCache(int num_layers, int num_blocks, int block_size, int num_kv_heads,
-                           int head_dim)
+                           int head_dim, kernels::KvDtype dtype)
     : num_layers_(num_layers),
       num_blocks_(num_blocks),
       block_size_(block_size),
       num_kv_heads_(num_kv_heads),
       head_dim_(head_dim),
-      floats_per_block_(static_cast<size_t>(num_kv_heads) * block_size * head_dim) {
-  const size_t floats_per_layer = floats_per_block_ * static_cast<size_t>(num_blocks);
-  // One buffer per layer, each allocated (and advised) before it is zeroed.
+      dtype_(dtype),
+      elements_per_block_(static_cast<size_t>(num_kv_heads) * block_size * head_dim) {
+  const size_t bytes_per_layer =
+      elements_per_block_ * kernels::kv_dtype_size(dtype) * static_cast<size_t>(num_blocks);
+  // One buffer per layer, each allocated (and advised) before it is zeroed. All-zero bytes are
+  // 0.0 in every dtype.
   for (int l = 0; l < num_layers; ++l) {
-    keys_.emplace_back(floats_per_layer, 0.0f);
-    values_.emplace_back(floats_per_layer, 0.0f);
+    keys_.emplace_back(bytes_per_layer, std::byte{0});
+    values_.emplace_back(bytes_per_layer, std::byte{0});
   }
 }
 
@@ -29,15 +32,17 @@ kernels::KvCacheView PagedKvCache::layer(int layer_index) {
                               num_blocks_,
                               block_size_,
                               num_kv_heads_,
-                              head_dim_};
+                              head_dim_,
+                              dtype_};
 }
 
 void PagedKvCache::copy_block(int32_t src, int32_t dst) { copy_block_to(src, *this, dst); }
 
 void PagedKvCache::copy_block_to(int32_t src, PagedKvCache& other, int32_t dst) const {
   assert(src >= 0 && src < num_blocks_ && dst >= 0 && dst < other.num_blocks_);
-  assert(other.floats_per_block_ == floats_per_block_ && other.num_layers_ == num_layers_);
-  const size_t n = floats_per_block_;
+  assert(other.elements_per_block_ == elements_per_block_ && other.num_layers_ == num_layers_);
+  assert(other.dtype_ == dtype_);
+  const size_t n = elements_per_block_ * kernels::kv_dtype_size(dtype_);  // bytes
   for (int l = 0; l < num_layers_; ++l) {
     std::copy_n(keys_[l].begin() + src * n, n, other.keys_[l].begin() + dst * n);
     std::copy_n(values_[l].begin() + src * n, n, other.values_[l].begin() + dst * n);

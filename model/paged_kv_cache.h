@@ -1,6 +1,7 @@
 // PagedKvCache: the executor's KV memory for every layer, as one pool of fixed-size blocks.
 // The block manager (cache/) decides which block holds which tokens; this class only owns the
 // bytes and performs the block copies it is told to (copy-on-write, swap in and out).
+// Elements are float32, float16 or bfloat16 (--kv-cache-dtype); copies move raw bytes.
 // Owned by the executor; not thread-safe.
 #pragma once
 
@@ -15,23 +16,27 @@ namespace pagedserve::model {
 
 class PagedKvCache {
  public:
-  PagedKvCache(int num_layers, int num_blocks, int block_size, int num_kv_heads, int head_dim);
+  PagedKvCache(int num_layers, int num_blocks, int block_size, int num_kv_heads, int head_dim,
+               kernels::KvDtype dtype = kernels::KvDtype::kFloat32);
 
   kernels::KvCacheView layer(int layer_index);
 
   // Copies block `src` to block `dst` in every layer (keys and values), within this pool.
   void copy_block(int32_t src, int32_t dst);
-  // Copies block `src` of this pool to block `dst` of `other` (same shape except block count);
-  // swap out and swap in are this between the device pool and the CPU swap pool.
+  // Copies block `src` of this pool to block `dst` of `other` (same shape and dtype except
+  // block count); swap out and swap in are this between the device pool and the CPU swap pool.
   void copy_block_to(int32_t src, PagedKvCache& other, int32_t dst) const;
 
   int num_layers() const { return num_layers_; }
   int num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
-  // Floats of one block in one layer, for keys or for values alone.
-  size_t floats_per_block() const { return floats_per_block_; }
+  kernels::KvDtype dtype() const { return dtype_; }
+  // Elements of one block in one layer, for keys or for values alone.
+  size_t elements_per_block() const { return elements_per_block_; }
   // Bytes one block takes across all layers, keys and values.
-  size_t bytes_per_block() const { return 2 * num_layers_ * floats_per_block_ * sizeof(float); }
+  size_t bytes_per_block() const {
+    return 2 * num_layers_ * elements_per_block_ * kernels::kv_dtype_size(dtype_);
+  }
 
  private:
   int num_layers_;
@@ -39,9 +44,11 @@ class PagedKvCache {
   int block_size_;
   int num_kv_heads_;
   int head_dim_;
-  size_t floats_per_block_;
-  // Huge pages where available: attention walks scattered blocks of these every step.
-  using LayerBuffer = std::vector<float, kernels::HugePageAllocator<float>>;
+  kernels::KvDtype dtype_;
+  size_t elements_per_block_;
+  // Huge pages where available: attention walks scattered blocks of these every step. Raw
+  // bytes, 2 MiB aligned (so every element type is aligned).
+  using LayerBuffer = std::vector<std::byte, kernels::HugePageAllocator<std::byte>>;
   std::vector<LayerBuffer> keys_;    // per layer: [num_blocks, num_kv_heads, block_size, head_dim]
   std::vector<LayerBuffer> values_;  // same layout as keys_
 };

@@ -4,7 +4,7 @@
 // contexts. Reports prefill tokens/s against the fp32 FMA peak (measured with a small FMA loop)
 // and decode tokens/s and ms per step against the read-bandwidth roofline (measured with a
 // STREAM-style read loop, or --bandwidth): bytes read per step (every weight once, plus each
-// sequence's K/V) over step time, as a fraction of the bandwidth.
+// sequence's K/V at the cache's element size) over step time, as a fraction of the bandwidth.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "actors/engine_setup.h"
 #include "kernels/cpu/machine_probe.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/llama_model.h"
@@ -30,6 +31,7 @@ const char* const kPhasesHelp =
     "  --threads T         kernel threads, the caller included (default 0: one per core)\n"
     "  --bandwidth GBPS    roofline bandwidth; default: measured with a read loop at start\n"
     "  --block-size S      KV cache block size in tokens (default 16)\n"
+    "  --kv-cache-dtype D  auto (the weights'), float32, float16, bfloat16 (default auto)\n"
     "  --repeat R          prefill repetitions, the median is reported (default 3)\n"
     "  --seed S            seed of the prompt tokens (default 0)\n"
     "  --json              one JSON object instead of the table\n"
@@ -72,7 +74,7 @@ double prefill_flops(const model::ModelConfig& c, int tokens) {
 int run_bench_phases(const std::vector<std::string>& args) {
   const CliFlags flags(args,
                        {"model", "batch", "prompt-tokens", "output-tokens", "threads", "bandwidth",
-                        "block-size", "repeat", "seed"},
+                        "block-size", "repeat", "seed", "kv-cache-dtype"},
                        {"json", "help"});
   if (flags.has("help")) {
     std::cout << kPhasesHelp;
@@ -95,6 +97,8 @@ int run_bench_phases(const std::vector<std::string>& args) {
   const model::LlamaModel model(checkpoint, &pool);
   const double load_s = seconds_since(load_start);
   const model::ModelConfig& c = model.config();
+  const kernels::KvDtype kv_dtype =
+      actors::resolve_cpu_kv_dtype(flags.get("kv-cache-dtype", "auto"), c.torch_dtype);
 
   const double measured_bandwidth =
       bandwidth_flag > 0 ? 0.0 : kernels::measure_read_bandwidth_gbps(&pool);
@@ -104,7 +108,7 @@ int run_bench_phases(const std::vector<std::string>& args) {
   const int total_tokens = prompt_tokens + output_tokens;
   const int blocks_per_seq = (total_tokens + block_size - 1) / block_size;
   model::PagedKvCache cache(c.num_hidden_layers, batch_size * blocks_per_seq, block_size,
-                            c.num_key_value_heads, c.head_dim);
+                            c.num_key_value_heads, c.head_dim, kv_dtype);
   std::vector<std::vector<int32_t>> tables(batch_size);
   for (int s = 0; s < batch_size; ++s) {
     for (int b = 0; b < blocks_per_seq; ++b) tables[s].push_back(s * blocks_per_seq + b);
@@ -134,7 +138,7 @@ int run_bench_phases(const std::vector<std::string>& args) {
   // Decode: B sequences, one token each per step, greedy.
   std::vector<int32_t> next(batch_size, argmax(logits.data(), c.vocab_size));
   const double kv_bytes_per_token = 2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim *
-                                    sizeof(float);  // K and V, every layer
+                                    kernels::kv_dtype_size(kv_dtype);  // K and V, every layer
   const double weight_bytes = static_cast<double>(model.weight_bytes_per_step());
   std::vector<double> step_s;
   std::vector<double> achieved_gbps;
@@ -164,6 +168,7 @@ int run_bench_phases(const std::vector<std::string>& args) {
       {"model", model_dir},
       {"isa", kernels::isa_name(model.isa())},
       {"threads", pool.num_threads()},
+      {"kv_cache_dtype", kernels::kv_dtype_name(kv_dtype)},
       {"batch", batch_size},
       {"prompt_tokens", prompt_tokens},
       {"output_tokens", output_tokens},

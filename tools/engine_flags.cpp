@@ -36,8 +36,8 @@ const char* const kEngineFlagsHelp =
     "                               pool (default 0.9); the pool takes what is left\n"
     "  --dtype DTYPE                CUDA weights: auto, float32, float16, bfloat16 (default\n"
     "                               auto: the model's torch_dtype)\n"
-    "  --kv-cache-dtype DTYPE       CUDA KV cache: auto (the weights'), float32, float16,\n"
-    "                               bfloat16, fp8 (e4m3, scale 1)\n";
+    "  --kv-cache-dtype DTYPE       KV cache: auto (the weights'), float32, float16,\n"
+    "                               bfloat16, fp8 (e4m3, scale 1; CUDA only)\n";
 
 actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
   actors::EngineConfig config;

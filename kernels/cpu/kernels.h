@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/kv_dtype.h"
 
 namespace pagedserve::kernels {
 
@@ -58,21 +59,24 @@ void silu_and_mul_stacked(const float* gate_up, float* out, int num_rows, int ff
                           ThreadPool* pool = nullptr, Isa isa = Isa::kPortable);
 
 // One layer's paged KV cache. Block b holds block_size consecutive token positions of one
-// sequence; token slot s lives in block s / block_size at offset s % block_size.
+// sequence; token slot s lives in block s / block_size at offset s % block_size. Elements are
+// float, or uint16_t bit patterns of float16 / bfloat16, as dtype says.
 struct KvCacheView {
-  float* key = nullptr;    // [num_blocks, num_kv_heads, block_size, head_dim]
-  float* value = nullptr;  // [num_blocks, num_kv_heads, block_size, head_dim]
+  void* key = nullptr;    // [num_blocks, num_kv_heads, block_size, head_dim]
+  void* value = nullptr;  // [num_blocks, num_kv_heads, block_size, head_dim]
   int num_blocks = 0;
   int block_size = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
+  KvDtype dtype = KvDtype::kFloat32;
 };
 
-// Writes new keys and values into their cache slots.
+// Writes new keys and values into their cache slots, rounded to the cache's dtype (to nearest
+// even: f32_to_f16 / f32_to_bf16 in kv_dtype.h; every isa gives the same bits).
 // key, value: [num_tokens, num_kv_heads, head_dim]; slot_mapping: [num_tokens], a slot is
 // block_id * block_size + offset; a negative slot means "skip this token" (padding).
 void write_kv(const float* key, const float* value, const int64_t* slot_mapping, int num_tokens,
-              const KvCacheView& cache);
+              const KvCacheView& cache, Isa isa = best_isa());
 
 // Attention over a batch of sequences whose K/V are read only through their block tables.
 // Sequence s contributes query_start_loc[s+1] - query_start_loc[s] = q_len query tokens (1 for
@@ -83,8 +87,8 @@ void write_kv(const float* key, const float* value, const int64_t* slot_mapping,
 struct PagedAttentionParams {
   const float* query = nullptr;              // [num_tokens, num_heads, head_dim]
   float* out = nullptr;                      // [num_tokens, num_heads, head_dim]
-  const float* key_cache = nullptr;          // [num_blocks, num_kv_heads, block_size, head_dim]
-  const float* value_cache = nullptr;        // [num_blocks, num_kv_heads, block_size, head_dim]
+  const void* key_cache = nullptr;           // [num_blocks, num_kv_heads, block_size, head_dim]
+  const void* value_cache = nullptr;         // [num_blocks, num_kv_heads, block_size, head_dim]
   const int32_t* query_start_loc = nullptr;  // [num_seqs + 1], prefix sums of q_len
   const int32_t* seq_lens = nullptr;         // [num_seqs]
   const int32_t* block_tables = nullptr;     // [num_seqs, max_blocks_per_seq]
@@ -94,26 +98,31 @@ struct PagedAttentionParams {
   int num_kv_heads = 0;
   int head_dim = 0;
   int block_size = 0;
-  float scale = 1.0f;  // usually 1 / sqrt(head_dim)
+  float scale = 1.0f;                    // usually 1 / sqrt(head_dim)
+  KvDtype kv_dtype = KvDtype::kFloat32;  // element type of key_cache and value_cache
 };
-// With a pool, (query token, KV head) pairs are split across threads, so a single decode token
-// still uses every thread. Each (token, head) is computed by one thread in an order fixed by its
-// own sequence (block by block), so results do not depend on the rest of the batch or the split.
-// isa picks the inner loops (AVX-512, or the portable ones for anything else).
+// With a pool, (query tile, range of KV heads) pairs are split across threads, so a single
+// decode token still uses every thread while a large batch walks each block's K/V of all heads
+// contiguously. Each (token, head) is computed by one thread in an order fixed by its own
+// sequence (block by block), so results do not depend on the rest of the batch or the split.
+// 16-bit K/V are widened exactly to float before any arithmetic, so a 16-bit cache gives what
+// a float32 cache holding the same (rounded) values gives. isa picks the inner loops (AVX-512,
+// or the portable ones for anything else).
 void paged_attention(const PagedAttentionParams& params, ThreadPool* pool = nullptr,
                      Isa isa = best_isa());
 
 namespace detail {
 // Attention of num_queries consecutive query tokens of one sequence (at positions first_pos,
-// first_pos + 1, ...) for the query heads [first_head, first_head + num_heads), all reading KV
-// head kv_head, over the sequence's blocks (block_table: its row). q and out point at the first
-// token's first head; heads follow contiguously, tokens are num_heads * head_dim (of params)
-// apart. Each (token, head) result is what that token alone would get.
+// first_pos + 1, ...) for every query head reading the KV heads [first_kv_head,
+// first_kv_head + num_kv_heads), over the sequence's blocks (block_table: its row). q and out
+// point at the first token's head 0; tokens are num_heads * head_dim (of params) apart. Each
+// (token, head) result is what that token alone would get.
 void attend_heads_portable(const PagedAttentionParams& p, const float* q,
-                           const int32_t* block_table, int first_pos, int num_queries, int kv_head,
-                           int num_heads, float* out);
+                           const int32_t* block_table, int first_pos, int num_queries,
+                           int first_kv_head, int num_kv_heads, float* out);
 void attend_heads_avx512(const PagedAttentionParams& p, const float* q, const int32_t* block_table,
-                         int first_pos, int num_queries, int kv_head, int num_heads, float* out);
+                         int first_pos, int num_queries, int first_kv_head, int num_kv_heads,
+                         float* out);
 // Query tokens per task of paged_attention: a tile shares each block's K/V loads.
 constexpr int kAttentionQueryTile = 8;
 }  // namespace detail

@@ -1,19 +1,48 @@
-// write_kv: scatters a step's new keys and values into their paged KV cache slots.
+// write_kv: scatters a step's new keys and values into their paged KV cache slots, rounding
+// them to the cache's element type.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cassert>
+#include <cstdint>
 
 #include "kernels/cpu/kernels.h"
 
 namespace pagedserve::kernels {
+namespace {
 
-void write_kv(const float* key, const float* value, const int64_t* slot_mapping, int num_tokens,
-              const KvCacheView& cache) {
-  assert(num_tokens >= 0);
-  assert(num_tokens == 0 || (key != nullptr && value != nullptr && slot_mapping != nullptr));
-  assert(cache.key != nullptr && cache.value != nullptr);
-  assert(cache.block_size > 0 && cache.num_kv_heads > 0 && cache.head_dim > 0);
+inline void store_row(const float* src, int n, float* dst) { std::copy_n(src, n, dst); }
+
+// The scalar conversions are the specification (round to nearest even); bfloat16's is
+// branch-free and vectorises as it is.
+template <KvDtype kDtype>
+inline void store_row(const float* src, int n, uint16_t* dst) {
+  for (int i = 0; i < n; ++i) {
+    dst[i] = kDtype == KvDtype::kFloat16 ? f32_to_f16(src[i]) : f32_to_bf16(src[i]);
+  }
+}
+
+// float16 with F16C (every AVX2 and AVX-512 machine here): vcvtps2ph rounding to nearest even
+// gives f32_to_f16's bits (kv_dtype_test checks them against each other), ~10x faster than
+// the branchy scalar code on a 512-token prefill's K/V.
+__attribute__((target("avx2,fma,f16c"))) void store_row_f16c(const float* src, int n,
+                                                             uint16_t* dst) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i half =
+        _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), half);
+  }
+  for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+}
+
+template <KvDtype kDtype, class Element>
+void write_kv_typed(const float* key, const float* value, const int64_t* slot_mapping,
+                    int num_tokens, const KvCacheView& cache, bool f16c) {
   const long row = static_cast<long>(cache.num_kv_heads) * cache.head_dim;  // one token
   const long head_stride = static_cast<long>(cache.block_size) * cache.head_dim;
+  Element* key_cache = static_cast<Element*>(cache.key);
+  Element* value_cache = static_cast<Element*>(cache.value);
   for (int t = 0; t < num_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;  // padding token: nothing to store
@@ -26,9 +55,40 @@ void write_kv(const float* key, const float* value, const int64_t* slot_mapping,
     for (int h = 0; h < cache.num_kv_heads; ++h) {
       const float* k_src = key + t * row + static_cast<long>(h) * cache.head_dim;
       const float* v_src = value + t * row + static_cast<long>(h) * cache.head_dim;
-      std::copy(k_src, k_src + cache.head_dim, cache.key + base + h * head_stride);
-      std::copy(v_src, v_src + cache.head_dim, cache.value + base + h * head_stride);
+      if constexpr (kDtype == KvDtype::kFloat32) {
+        store_row(k_src, cache.head_dim, key_cache + base + h * head_stride);
+        store_row(v_src, cache.head_dim, value_cache + base + h * head_stride);
+      } else if (kDtype == KvDtype::kFloat16 && f16c) {
+        store_row_f16c(k_src, cache.head_dim, key_cache + base + h * head_stride);
+        store_row_f16c(v_src, cache.head_dim, value_cache + base + h * head_stride);
+      } else {
+        store_row<kDtype>(k_src, cache.head_dim, key_cache + base + h * head_stride);
+        store_row<kDtype>(v_src, cache.head_dim, value_cache + base + h * head_stride);
+      }
     }
+  }
+}
+
+}  // namespace
+
+void write_kv(const float* key, const float* value, const int64_t* slot_mapping, int num_tokens,
+              const KvCacheView& cache, Isa isa) {
+  assert(num_tokens >= 0);
+  assert(num_tokens == 0 || (key != nullptr && value != nullptr && slot_mapping != nullptr));
+  assert(cache.key != nullptr && cache.value != nullptr);
+  assert(cache.block_size > 0 && cache.num_kv_heads > 0 && cache.head_dim > 0);
+  assert(isa_supported(isa));
+  const bool f16c = isa != Isa::kPortable;  // AVX2 and AVX-512 paths both have F16C
+  switch (cache.dtype) {
+    case KvDtype::kFloat16:
+      return write_kv_typed<KvDtype::kFloat16, uint16_t>(key, value, slot_mapping, num_tokens,
+                                                         cache, f16c);
+    case KvDtype::kBFloat16:
+      return write_kv_typed<KvDtype::kBFloat16, uint16_t>(key, value, slot_mapping, num_tokens,
+                                                          cache, f16c);
+    default:
+      return write_kv_typed<KvDtype::kFloat32, float>(key, value, slot_mapping, num_tokens, cache,
+                                                      f16c);
   }
 }
 

@@ -1,5 +1,9 @@
 // Tests paged_attention against a naive causal attention over contiguous K/V in double.
 //
+// Every case runs with a float32 cache; many also with float16 and bfloat16 caches, whose K/V
+// are the float values rounded to the dtype: the reference then runs on those rounded values,
+// and the 16-bit result must equal, bit for bit, a float32 cache holding the same values.
+//
 // Each case scatters every sequence's K/V across a pool larger than needed, in shuffled block
 // order, with random junk in every slot no sequence owns and junk block ids in unused block
 // table entries, so reading a wrong block, a wrong offset or past the causal limit all change
@@ -158,9 +162,48 @@ std::vector<double> reference_attention(const AttentionCase& c, const PagedBatch
   return expected;
 }
 
-void run_case(const AttentionCase& c, std::mt19937& rng) {
-  SCOPED_TRACE(describe(c));
-  const PagedBatch batch = make_batch(c, rng);
+// The dtype's value of x (x itself for float32).
+float round_to(KvDtype dtype, float x) {
+  switch (dtype) {
+    case KvDtype::kFloat16:
+      return f16_to_f32(f32_to_f16(x));
+    case KvDtype::kBFloat16:
+      return bf16_to_f32(f32_to_bf16(x));
+    default:
+      return x;
+  }
+}
+
+// Rounds every K/V value of the batch (contiguous and cached, junk included) to the dtype.
+void round_batch(KvDtype dtype, PagedBatch& batch) {
+  for (std::vector<float>* values : {&batch.key_cache, &batch.value_cache}) {
+    for (float& x : *values) x = round_to(dtype, x);
+  }
+  for (auto& per_seq : {&batch.keys, &batch.values}) {
+    for (std::vector<float>& values : *per_seq) {
+      for (float& x : values) x = round_to(dtype, x);
+    }
+  }
+}
+
+// The cache's bit patterns in the dtype (exact: the values are already rounded).
+std::vector<uint16_t> narrow_cache(KvDtype dtype, const std::vector<float>& cache) {
+  std::vector<uint16_t> bits(cache.size());
+  for (size_t i = 0; i < cache.size(); ++i) {
+    bits[i] = dtype == KvDtype::kFloat16 ? f32_to_f16(cache[i]) : f32_to_bf16(cache[i]);
+  }
+  return bits;
+}
+
+void run_case(const AttentionCase& c, std::mt19937& rng, KvDtype dtype = KvDtype::kFloat32) {
+  SCOPED_TRACE(describe(c) << " kv_dtype=" << kv_dtype_name(dtype));
+  PagedBatch batch = make_batch(c, rng);
+  round_batch(dtype, batch);
+  std::vector<uint16_t> key_bits, value_bits;
+  if (dtype != KvDtype::kFloat32) {
+    key_bits = narrow_cache(dtype, batch.key_cache);
+    value_bits = narrow_cache(dtype, batch.value_cache);
+  }
   const float scale = c.scale_factor / std::sqrt(static_cast<float>(c.head_dim));
   std::vector<float> out(batch.query.size(), std::nanf(""));
 
@@ -179,6 +222,12 @@ void run_case(const AttentionCase& c, std::mt19937& rng) {
   params.head_dim = c.head_dim;
   params.block_size = c.block_size;
   params.scale = scale;
+  const PagedAttentionParams float32_params = params;  // the same values in a float32 cache
+  if (dtype != KvDtype::kFloat32) {
+    params.key_cache = key_bits.data();
+    params.value_cache = value_bits.data();
+    params.kv_dtype = dtype;
+  }
   // Outputs are convex combinations of values in [-1, 1], so abs and rel 1e-5 both fit.
   const std::vector<double> expected = reference_attention(c, batch, scale);
   static ThreadPool pool(3, /*min_parallel_flops=*/0.0);
@@ -188,6 +237,16 @@ void run_case(const AttentionCase& c, std::mt19937& rng) {
     params.out = out.data();
     paged_attention(params, nullptr, isa);
     EXPECT_TRUE(all_close(out.data(), expected, 1e-5, 1e-5));
+
+    if (dtype != KvDtype::kFloat32) {
+      // Widening is exact and the arithmetic after it is the float32 path's.
+      std::vector<float> from_float32(batch.query.size(), std::nanf(""));
+      PagedAttentionParams f32 = float32_params;
+      f32.out = from_float32.data();
+      paged_attention(f32, nullptr, isa);
+      EXPECT_EQ(0, std::memcmp(from_float32.data(), out.data(), out.size() * sizeof(float)))
+          << "16-bit cache differs from a float32 cache holding the same values";
+    }
 
     // Split over threads, every (token, head) is computed by the same code: bitwise equal.
     std::vector<float> pooled(batch.query.size(), std::nanf(""));
@@ -218,12 +277,17 @@ void run_case(const AttentionCase& c, std::mt19937& rng) {
   }
 }
 
+constexpr KvDtype kAllDtypes[] = {KvDtype::kFloat32, KvDtype::kFloat16, KvDtype::kBFloat16};
+
 // A decode, a whole prefill and a prefill chunk with earlier context, in one call, around the
 // boundaries of 16-token blocks.
 TEST(PagedAttention, MixedBatchAcrossBlockBoundaries) {
   std::mt19937 rng(1);
-  run_case({16, 2, 4, 64, 1.0f, {{1, 1}, {16, 1}, {17, 1}, {33, 33}, {50, 10}, {100, 1}, {32, 16}}},
-           rng);
+  for (KvDtype dtype : kAllDtypes) {
+    run_case(
+        {16, 2, 4, 64, 1.0f, {{1, 1}, {16, 1}, {17, 1}, {33, 33}, {50, 10}, {100, 1}, {32, 16}}},
+        rng, dtype);
+  }
 }
 
 TEST(PagedAttention, BlockSizes) {
@@ -249,9 +313,22 @@ TEST(PagedAttention, HeadDimsAndGqaRatios) {
   std::mt19937 rng(3);
   for (int d : {8, 64, 128, 7, 160, 256}) {  // past 128: the AVX-512 wide paths
     for (int group : {1, 2, 4, 8}) {
-      run_case({8, 2, group, d, 1.0f, {{20, 1}, {9, 4}, {12, 12}}}, rng);
+      for (KvDtype dtype : kAllDtypes) {
+        run_case({8, 2, group, d, 1.0f, {{20, 1}, {9, 4}, {12, 12}}}, rng, dtype);
+      }
       if (HasFailure()) return;
     }
+  }
+}
+
+// More KV heads (x group chunks) than one AVX-512 walk carries (16 units): a task with all the
+// heads walks them in several passes, a split task in one; every split gives the same bits.
+TEST(PagedAttention, ManyKvHeads) {
+  std::mt19937 rng(9);
+  for (KvDtype dtype : kAllDtypes) {
+    run_case({16, 20, 1, 16, 1.0f, {{40, 40}, {33, 1}, {70, 9}}}, rng, dtype);
+    run_case({8, 9, 20, 8, 1.0f, {{30, 30}, {17, 1}}}, rng, dtype);  // 2 units per KV head
+    if (HasFailure()) return;
   }
 }
 
@@ -269,8 +346,10 @@ TEST(PagedAttention, SharpSoftmaxRescales) {
 TEST(PagedAttention, QueryTilesStraddlingBlocks) {
   std::mt19937 rng(6);
   for (int group : {1, 16, 20}) {
-    run_case({16, 1, group, 64, 2.0f, {{45, 21}, {37, 37}, {70, 3}}}, rng);
-    run_case({5, 2, group, 24, 2.0f, {{29, 19}, {13, 13}}}, rng);
+    for (KvDtype dtype : kAllDtypes) {
+      run_case({16, 1, group, 64, 2.0f, {{45, 21}, {37, 37}, {70, 3}}}, rng, dtype);
+      run_case({5, 2, group, 24, 2.0f, {{29, 19}, {13, 13}}}, rng, dtype);
+    }
     if (HasFailure()) return;
   }
 }
@@ -304,8 +383,69 @@ TEST(PagedAttention, RandomShapes) {
         }
       }
     }
-    run_case(c, rng);
+    run_case(c, rng, kAllDtypes[trial % 3]);
     if (HasFailure()) return;
+  }
+}
+
+// Recompute preemption and chunked prefill rely on this: a token's output computed inside a
+// prefill query tile (with its tile neighbours, any head split) is bit-identical to the same
+// token computed as a decode step (q_len 1, the cache holding exactly its prefix), for every
+// dtype and ISA.
+TEST(PagedAttention, PrefillTileRowsEqualDecodeSteps) {
+  std::mt19937 rng(8);
+  static ThreadPool pool(2, /*min_parallel_flops=*/0.0);
+  for (KvDtype dtype : kAllDtypes) {
+    for (int group : {1, 4, 20}) {
+      const AttentionCase c{16, 3, group, 64, 2.0f, {{53, 37}}};  // context 16, then 37 queries
+      SCOPED_TRACE(describe(c) << " kv_dtype=" << kv_dtype_name(dtype));
+      PagedBatch batch = make_batch(c, rng);
+      round_batch(dtype, batch);
+      const std::vector<uint16_t> key_bits = narrow_cache(dtype, batch.key_cache);
+      const std::vector<uint16_t> value_bits = narrow_cache(dtype, batch.value_cache);
+      PagedAttentionParams params;
+      params.query = batch.query.data();
+      params.key_cache = dtype == KvDtype::kFloat32
+                             ? static_cast<const void*>(batch.key_cache.data())
+                             : key_bits.data();
+      params.value_cache = dtype == KvDtype::kFloat32
+                               ? static_cast<const void*>(batch.value_cache.data())
+                               : value_bits.data();
+      params.kv_dtype = dtype;
+      params.query_start_loc = batch.query_start_loc.data();
+      params.seq_lens = batch.seq_lens.data();
+      params.block_tables = batch.block_tables.data();
+      params.num_seqs = 1;
+      params.max_blocks_per_seq = batch.max_blocks;
+      params.num_heads = c.num_kv_heads * group;
+      params.num_kv_heads = c.num_kv_heads;
+      params.head_dim = c.head_dim;
+      params.block_size = c.block_size;
+      params.scale = 2.0f / 8.0f;
+      const size_t token_floats = static_cast<size_t>(params.num_heads) * params.head_dim;
+      for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+        if (!isa_supported(isa)) continue;
+        SCOPED_TRACE(isa_name(isa));
+        std::vector<float> prefill(batch.query.size(), std::nanf(""));
+        params.out = prefill.data();
+        paged_attention(params, &pool, isa);
+        for (int i = 0; i < c.seqs[0].q_len; ++i) {
+          const int pos = c.seqs[0].seq_len - c.seqs[0].q_len + i;
+          const int32_t decode_start[2] = {0, 1};
+          const int32_t decode_len = pos + 1;
+          std::vector<float> decode(token_floats, std::nanf(""));
+          PagedAttentionParams one = params;
+          one.query = batch.query.data() + i * token_floats;
+          one.out = decode.data();
+          one.query_start_loc = decode_start;
+          one.seq_lens = &decode_len;
+          paged_attention(one, i % 2 ? &pool : nullptr, isa);
+          ASSERT_EQ(0, std::memcmp(decode.data(), prefill.data() + i * token_floats,
+                                   token_floats * sizeof(float)))
+              << "query " << i << " (position " << pos << ") differs as a decode step";
+        }
+      }
+    }
   }
 }
 

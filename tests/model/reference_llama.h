@@ -1,6 +1,8 @@
 // An independent, deliberately naive Llama forward pass for tests: one sequence at a time,
 // contiguous K/V kept in plain vectors, double-precision accumulation, no kernels from
-// kernels/ and no paging. The paged, batched LlamaModel must agree with it.
+// kernels/ and no paging. The paged, batched LlamaModel must agree with it. With a 16-bit KV
+// dtype it rounds every key and value it stores to float16 (the compiler's _Float16) or
+// bfloat16 (8 significant bits, nearest even, in double), as a 16-bit KV cache does.
 #pragma once
 
 #include <cmath>
@@ -12,9 +14,12 @@
 
 namespace pagedserve::testing {
 
+enum class ReferenceKv { kFloat64, kFloat16, kBFloat16 };
+
 class ReferenceLlama {
  public:
-  explicit ReferenceLlama(const model::LlamaWeights& w) : w_(w) {
+  explicit ReferenceLlama(const model::LlamaWeights& w, ReferenceKv kv = ReferenceKv::kFloat64)
+      : w_(w), kv_(kv) {
     keys_.resize(w.config.num_hidden_layers);
     values_.resize(w.config.num_hidden_layers);
   }
@@ -35,8 +40,8 @@ class ReferenceLlama {
       auto v = linear(h, L.wv, nkv * hd);
       for (int head = 0; head < nh; ++head) rotate(&q[head * hd], pos);
       for (int head = 0; head < nkv; ++head) rotate(&k[head * hd], pos);
-      keys_[l].push_back(k);
-      values_[l].push_back(v);
+      keys_[l].push_back(stored(k));
+      values_[l].push_back(stored(v));
       std::vector<double> attn(nh * hd, 0.0);
       for (int head = 0; head < nh; ++head) {
         const int kvh = head / (nh / nkv);
@@ -98,7 +103,24 @@ class ReferenceLlama {
     }
   }
 
+  // What the KV cache keeps of x: the float32 the model computes, rounded to the KV dtype.
+  std::vector<double> stored(std::vector<double> x) const {
+    if (kv_ == ReferenceKv::kFloat64) return x;
+    for (double& v : x) {
+      const float f = static_cast<float>(v);
+      if (kv_ == ReferenceKv::kFloat16) {
+        v = static_cast<double>(static_cast<_Float16>(f));
+      } else if (f != 0.0f && std::isfinite(f)) {
+        int exponent = 0;
+        const double mantissa = std::frexp(static_cast<double>(f), &exponent);  // [0.5, 1)
+        v = std::ldexp(std::nearbyint(std::ldexp(mantissa, 8)), exponent - 8);
+      }
+    }
+    return x;
+  }
+
   const model::LlamaWeights& w_;
+  ReferenceKv kv_;
   int position_ = 0;
   std::vector<std::vector<std::vector<double>>> keys_, values_;  // [layer][pos][kv_heads*hd]
 };

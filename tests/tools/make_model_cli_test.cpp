@@ -96,6 +96,26 @@ TEST(BenchPhasesCli, ReportsPrefillDecodeAndRooflineFields) {
   // Bytes per step: the 16-bit matrices once, plus K/V of 3 sequences at ~22 tokens.
   const double weights = out["weight_bytes_per_step"].get<double>();
   EXPECT_GT(out["bytes_per_decode_step"].get<double>(), weights);
+  // --kv-cache-dtype auto on a float16 model: a float16 KV cache, K/V counted at 2 bytes. With
+  // a float32 cache the step reads, at the median step (position 20 + 4 / 2, so 23 tokens of
+  // context), 3 sequences x K and V x 2 layers x 2 KV heads x 16 dims x 23 tokens x 2 more
+  // bytes per element.
+  EXPECT_EQ(out["kv_cache_dtype"].get<std::string>(), "float16");
+  const CommandResult f32 =
+      run("bench throughput --model " + dir.string() +
+          " --batch 3 --prompt-tokens 20 --output-tokens 4 --threads 2 --bandwidth 50 --json"
+          " --kv-cache-dtype float32");
+  ASSERT_EQ(f32.exit_code, 0) << f32.output;
+  const nlohmann::json out32 = nlohmann::json::parse(f32.output);
+  EXPECT_EQ(out32["kv_cache_dtype"].get<std::string>(), "float32");
+  EXPECT_EQ(
+      out32["bytes_per_decode_step"].get<double>() - out["bytes_per_decode_step"].get<double>(),
+      3.0 * 2 * 2 * 2 * 16 * 23 * 2);
+  const CommandResult fp8 =
+      run("bench throughput --model " + dir.string() +
+          " --batch 1 --prompt-tokens 4 --output-tokens 2 --kv-cache-dtype fp8");
+  EXPECT_EQ(fp8.exit_code, 1);
+  EXPECT_NE(fp8.output.find("fp8 needs --device cuda"), std::string::npos) << fp8.output;
   std::filesystem::remove_all(dir);
 }
 

@@ -2,7 +2,9 @@
 // blocks, scattered block tables): decode batches at 512 and 4096 tokens of context, reported
 // as GB/s of K/V read (the roofline of decode attention), and a 512-token prefill as GFLOP/s.
 // Each case runs on the portable loops and on the best ISA this CPU has, on a pool of
-// PAGEDSERVE_BENCH_THREADS threads (default: every core).
+// PAGEDSERVE_BENCH_THREADS threads (default: every core), with a float32 cache and, on the best
+// ISA, float16 and bfloat16 caches (GB/s counts K/V at their stored size). The cache is
+// allocated as the executor's is (2 MiB aligned, transparent huge pages).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/huge_page_allocator.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -28,12 +31,13 @@ ThreadPool& pool() {
   return p;
 }
 
-// Arguments: sequences, context length, query tokens per sequence (1 = decode), isa.
+// Arguments: sequences, context length, query tokens per sequence (1 = decode), isa, KV dtype.
 void BM_PagedAttention(benchmark::State& state) {
   const int num_seqs = static_cast<int>(state.range(0));
   const int context = static_cast<int>(state.range(1));
   const int q_len = static_cast<int>(state.range(2));
   const auto isa = static_cast<Isa>(state.range(3));
+  const auto dtype = static_cast<KvDtype>(state.range(4));
   if (!isa_supported(isa)) {
     state.SkipWithError("ISA not supported on this CPU");
     return;
@@ -42,10 +46,21 @@ void BM_PagedAttention(benchmark::State& state) {
   const int num_blocks = num_seqs * blocks_per_seq;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  const size_t cache_floats = static_cast<size_t>(num_blocks) * kHeads * kBlockSize * kHeadDim;
-  std::vector<float> keys(cache_floats), values(cache_floats);
-  for (float& v : keys) v = dist(rng);
-  for (float& v : values) v = dist(rng);
+  const size_t cache_elements = static_cast<size_t>(num_blocks) * kHeads * kBlockSize * kHeadDim;
+  const size_t element_bytes = kv_dtype_size(dtype);
+  std::vector<char, HugePageAllocator<char>> keys(cache_elements * element_bytes);
+  std::vector<char, HugePageAllocator<char>> values(cache_elements * element_bytes);
+  for (std::vector<char, HugePageAllocator<char>>* cache : {&keys, &values}) {
+    for (size_t i = 0; i < cache_elements; ++i) {
+      const float x = dist(rng);
+      if (dtype == KvDtype::kFloat32) {
+        reinterpret_cast<float*>(cache->data())[i] = x;
+      } else {
+        reinterpret_cast<uint16_t*>(cache->data())[i] =
+            dtype == KvDtype::kFloat16 ? f32_to_f16(x) : f32_to_bf16(x);
+      }
+    }
+  }
   std::vector<int32_t> tables(num_blocks);
   std::iota(tables.begin(), tables.end(), 0);
   std::shuffle(tables.begin(), tables.end(), rng);  // blocks scattered over the pool
@@ -70,6 +85,7 @@ void BM_PagedAttention(benchmark::State& state) {
   p.head_dim = kHeadDim;
   p.block_size = kBlockSize;
   p.scale = 0.125f;
+  p.kv_dtype = dtype;
   for (auto _ : state) {
     paged_attention(p, &pool(), isa);
     benchmark::DoNotOptimize(out.data());
@@ -79,7 +95,7 @@ void BM_PagedAttention(benchmark::State& state) {
   double positions = 0;
   for (int i = 0; i < q_len; ++i) positions += context - q_len + i + 1;
   positions *= num_seqs;
-  const double bytes = positions * kHeads * kHeadDim * 2 * sizeof(float);
+  const double bytes = positions * kHeads * kHeadDim * 2 * static_cast<double>(element_bytes);
   state.counters["GB/s"] =
       benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOP/s"] = benchmark::Counter(4.0 * positions * kHeads * kHeadDim * 1e-9,
@@ -88,13 +104,16 @@ void BM_PagedAttention(benchmark::State& state) {
 
 void register_all() {
   const int cases[][3] = {{1, 512, 1}, {1, 4096, 1}, {32, 512, 1}, {64, 512, 1}, {1, 512, 512}};
+  const auto add = [](const int(&c)[3], Isa isa, KvDtype dtype) {
+    benchmark::RegisterBenchmark("BM_PagedAttention", BM_PagedAttention)
+        ->Args({c[0], c[1], c[2], static_cast<int>(isa), static_cast<int>(dtype)})
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  };
   for (const auto& c : cases) {
-    for (Isa isa : {Isa::kPortable, best_isa()}) {
-      benchmark::RegisterBenchmark("BM_PagedAttention", BM_PagedAttention)
-          ->Args({c[0], c[1], c[2], static_cast<int>(isa)})
-          ->UseRealTime()
-          ->Unit(benchmark::kMicrosecond);
-      if (isa == best_isa()) break;  // portable is the best: one run is enough
+    if (best_isa() != Isa::kPortable) add(c, Isa::kPortable, KvDtype::kFloat32);
+    for (KvDtype dtype : {KvDtype::kFloat32, KvDtype::kFloat16, KvDtype::kBFloat16}) {
+      add(c, best_isa(), dtype);
     }
   }
 }
