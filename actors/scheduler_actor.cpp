@@ -54,6 +54,10 @@ struct SchedulerActor::State {
   // Sends the frees, forks and resolutions no step carried (e.g. after the last request ended).
   runtime::Task<void> flush_memory_ops();
   void collect(std::vector<RequestUpdate> updates);
+  // The prefix-cache actor refused a memory-op list: the scheduler's view of memory and the
+  // allocator disagree (a bug), so no step can be planned safely again. Ends every live
+  // request with an error instead of leaving its stream hanging; later requests are refused.
+  void fail_everything(const std::string& reason);
   void publish_stats();
   // Sends the collected deltas to the tokenizer; with wait_for_delivery, until they reached
   // the clients' streams (overlap off).
@@ -75,7 +79,8 @@ struct SchedulerActor::State {
   std::unordered_map<uint64_t, LiveRequest> live;    // added and not yet reported finished
   std::unordered_map<uint64_t, std::string> failed;  // aborted because the executor failed
   std::vector<runtime::OutputDelta> outbox;
-  int steps_outstanding = 0;               // sent to the executor, StepDone not received yet
+  std::string memory_failure;  // set by fail_everything(): the engine takes no more work
+  int steps_outstanding = 0;   // sent to the executor, StepDone not received yet
   std::atomic<bool> abort_pending{false};  // set by any thread, cleared by this one
   const uint64_t seed_state = std::random_device{}();
   int64_t num_generated_tokens = 0;
@@ -160,8 +165,8 @@ runtime::Task<std::optional<cache::KvMemoryResult>> SchedulerActor::State::apply
   auto [receive_error, reply] = co_await prefix_cache.reply.async_receive(runtime::kAwaitTuple);
   if (receive_error) co_return std::nullopt;
   if (reply.request_id != id || !reply.error.empty()) {
-    std::fprintf(stderr, "pagedserve: scheduler actor: %s\n",
-                 reply.error.empty() ? "a memory reply out of order" : reply.error.c_str());
+    fail_everything(reply.error.empty() ? "a KV memory reply arrived out of order"
+                                        : "KV memory: " + reply.error);
     co_return std::nullopt;
   }
   co_return std::move(reply.result);
@@ -179,7 +184,30 @@ runtime::Task<void> SchedulerActor::State::flush_memory_ops() {
   }
 }
 
+void SchedulerActor::State::fail_everything(const std::string& reason) {
+  std::fprintf(stderr, "pagedserve: scheduler actor: %s\n", reason.c_str());
+  if (memory_failure.empty()) memory_failure = reason;
+  for (auto& [id, request] : live) {
+    runtime::OutputDelta delta;
+    delta.request_id = id;
+    delta.finished = true;
+    delta.finish_reason = "error";
+    delta.error = "engine failure: " + reason;
+    outbox.push_back(std::move(delta));
+  }
+  live.clear();
+}
+
 void SchedulerActor::State::on_message(runtime::AddRequest& add) {
+  if (!memory_failure.empty()) {
+    runtime::OutputDelta delta;
+    delta.request_id = add.request_id;
+    delta.finished = true;
+    delta.finish_reason = "error";
+    delta.error = "engine failure: " + memory_failure;
+    outbox.push_back(std::move(delta));
+    return;
+  }
   if (add.cancel.stop_requested()) {
     runtime::OutputDelta delta;
     delta.request_id = add.request_id;
