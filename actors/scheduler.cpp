@@ -61,6 +61,7 @@ void Scheduler::add(NewRequest request) {
   group.request_id = id;
   group.prompt_token_ids = std::move(request.prompt_token_ids);
   group.sampling = std::move(request.sampling);
+  group.shared_sampling = std::make_shared<const model::SamplingParams>(group.sampling);
   group.seed = request.seed;
   group.output_len_hint = request.output_len_hint;
   Sequence seq;
@@ -150,12 +151,7 @@ bool Scheduler::ends_with_pending_sample(const SequenceGroup& group, const Seque
 }
 
 bool Scheduler::is_in_flight(uint64_t seq_id) const {
-  for (const InFlightStep& step : in_flight_) {
-    if (std::find(step.seq_ids.begin(), step.seq_ids.end(), seq_id) != step.seq_ids.end()) {
-      return true;
-    }
-  }
-  return false;
+  return in_flight_steps_of_seq_.count(seq_id) != 0;
 }
 
 bool Scheduler::can_schedule() const {
@@ -168,6 +164,7 @@ void Scheduler::register_in_flight(const StepInput& step) {
   entry.step_id = step.step_id;
   for (const ScheduledSequence& scheduled : step.seqs) {
     entry.seq_ids.push_back(scheduled.seq_id);
+    ++in_flight_steps_of_seq_[scheduled.seq_id];
     if (!scheduled.sample) continue;
     const SequenceGroup& group = groups_.at(scheduled.request_id);
     // update() forks this prompt into best_of children, or selects and forks beams: the next
@@ -478,7 +475,7 @@ ScheduledSequence Scheduler::run_seq(SequenceGroup& group, Sequence& seq, const 
       seq.num_computed_tokens + static_cast<int>(scheduled.new_token_ids.size()) == total;
   if (!scheduled.sample) return scheduled;
 
-  scheduled.sampling = group.sampling;
+  scheduled.sampling = group.shared_sampling;
   const int num_out = static_cast<int>(seq.output_token_ids.size()) + seq.num_pending_samples;
   scheduled.sample_step = static_cast<uint64_t>(num_out);
   if (group.sampling.has_penalties()) {

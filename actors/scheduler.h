@@ -34,6 +34,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "actors/sequence_group.h"
@@ -238,6 +239,9 @@ class Scheduler {
     bool next_can_be_planned = true;  // no fork or beam selection depends on its outcome
   };
   std::deque<InFlightStep> in_flight_;  // scheduled, not yet updated; oldest first
+  // For each sequence in some step in flight, how many such steps contain it (is_in_flight()
+  // is called per finished sequence and per deferred free: a lookup, not a scan of every step).
+  std::unordered_map<uint64_t, int> in_flight_steps_of_seq_;
   // Finished sequences whose blocks wait for the steps in flight that contain them.
   std::set<uint64_t> deferred_frees_;
   uint64_t next_step_id_ = 0;

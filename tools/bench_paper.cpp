@@ -95,7 +95,9 @@ int run_bench_calibrate(const std::vector<std::string>& args) {
         seqs[i].seq_id = i + 1;
         seqs[i].new_token_ids = prompt;
         seqs[i].sample = true;
-        seqs[i].sampling.temperature = 0.0f;
+        model::SamplingParams greedy;
+        greedy.temperature = 0.0f;
+        seqs[i].sampling = std::make_shared<const model::SamplingParams>(greedy);
         seqs[i].sample_seeds = {1};
       }
       for (int step = 0; step < 4; ++step) {
