@@ -373,6 +373,9 @@ void Scheduler::admit_waiting(std::vector<PlannedGroup>& plans, Budget& budget) 
     if (can_never_run(group)) continue;
     if (budget.num_seqs + max_running_seqs(group) > config_.max_num_seqs) break;
     if (config_.admit_whole_prompt_only) {
+      // Prefix-cache hits are not subtracted (conservative), and nothing behind this group is
+      // admitted while it waits, so it gets in at the latest once the pool drains: every
+      // block is then free, and can_never_run() failed it if that was not enough.
       const Sequence& first = *group.live().front();
       const int whole = kv_->blocks_to_hold(first.seq_id, false, group.num_tokens(first),
                                             reservation(group, first));
