@@ -716,6 +716,35 @@ TEST(Scheduler, WholePromptAdmissionWaitsUntilTheWholePromptFits) {
   }
 }
 
+// Every sampling row of a request, in every step and for every child, points at one shared
+// copy of the request's params (not a copy per row per step), with the request's values.
+TEST(Scheduler, SamplingRowsShareTheRequestsParams) {
+  Harness h(64, 0, SchedulerConfig{});
+  model::SamplingParams p = sampled(4);
+  p.n = 2;
+  p.temperature = 0.7f;
+  h.add(1, prompt_of(6, 100), p);
+  h.add(2, prompt_of(6, 200), sampled(4));
+  std::map<uint64_t, const model::SamplingParams*> seen;
+  int rows = 0;
+  for (int i = 0; i < 3; ++i) {
+    for (const ScheduledSequence& s : h.step().seqs) {
+      if (!s.sample) continue;
+      ASSERT_NE(s.sampling, nullptr);
+      ++rows;
+      auto [it, first] = seen.try_emplace(s.request_id, s.sampling.get());
+      EXPECT_EQ(it->second, s.sampling.get()) << "request " << s.request_id << " step " << i;
+    }
+  }
+  EXPECT_EQ(rows, 8);  // request 1: its prompt, then 2 children x 2 steps; request 2: 3 rows
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_NE(seen[1], seen[2]);
+  EXPECT_FLOAT_EQ(seen[1]->temperature, 0.7f);
+  EXPECT_EQ(seen[1]->n, 2);
+  EXPECT_EQ(seen[2]->n, 1);
+  h.run();
+}
+
 // ---- admission under memory pressure ----
 
 // Outputs of each request run alone in a pool with room to spare (the reference).
@@ -809,7 +838,9 @@ TEST(Scheduler, ALargePromptWaitsForRunningWorkToDrainAndIsNotStarved) {
         three_ran = true;
         EXPECT_FALSE(one_or_two_running) << "request 3 admitted without its 12 blocks free";
       }
-      if (s.request_id == 4) EXPECT_TRUE(three_ran) << "request 4 overtook request 3";
+      if (s.request_id == 4) {
+        EXPECT_TRUE(three_ran) << "request 4 overtook request 3";
+      }
     }
   }
   h.run();
