@@ -4,6 +4,8 @@
 
 #include <limits>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "model/sampler.h"
@@ -58,12 +60,17 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
   for (size_t i = 0; i < input.seqs.size(); ++i) {
     const ScheduledSequence& seq = input.seqs[i];
     if (!seq.sample) continue;
+    if (!seq.sampling) {
+      throw std::invalid_argument("CpuExecutor: sequence " + std::to_string(seq.seq_id) +
+                                  " samples but has no sampling params");
+    }
+    const model::SamplingParams& sampling = *seq.sampling;
     std::span<const float> row_logits(logits.data() + row * vocab, vocab);
     const std::span<const float> raw_logits = row_logits;  // what reported logprobs describe
     std::vector<float> masked;
-    if (!seq.banned_token_ids.empty() || seq.sampling.has_penalties()) {
+    if (!seq.banned_token_ids.empty() || sampling.has_penalties()) {
       masked.assign(row_logits.begin(), row_logits.end());
-      model::apply_penalties(masked, seq.sampling, seq.penalty_prompt_ids, seq.penalty_output_ids);
+      model::apply_penalties(masked, sampling, seq.penalty_prompt_ids, seq.penalty_output_ids);
       for (int32_t id : seq.banned_token_ids) {
         if (id >= 0 && static_cast<size_t>(id) < vocab) {
           masked[id] = -std::numeric_limits<float>::infinity();
@@ -73,16 +80,16 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
     }
     SequenceStepOutput& out = output.seqs[i];
     for (uint64_t seed : seq.sample_seeds) {
-      const int32_t token = model::sample_token(row_logits, seq.sampling, seed, seq.sample_step);
+      const int32_t token = model::sample_token(row_logits, sampling, seed, seq.sample_step);
       out.samples.push_back({token, model::token_logprob(row_logits, token)});
     }
     if (seq.num_top_logprobs > 0) {
       out.top_logprobs = model::top_logprobs(row_logits, seq.num_top_logprobs);
     }
-    if (seq.sampling.logprobs) {
+    if (sampling.logprobs) {
       std::vector<int32_t> drawn;
       for (const model::TokenLogprob& sample : out.samples) drawn.push_back(sample.token_id);
-      out.reported_logprobs = model::sample_logprobs(raw_logits, drawn, *seq.sampling.logprobs);
+      out.reported_logprobs = model::sample_logprobs(raw_logits, drawn, *sampling.logprobs);
     }
     ++row;
   }

@@ -138,6 +138,7 @@ void Scheduler::add(NewRequest request) {
   group.request_id = id;
   group.prompt_token_ids = std::move(request.prompt_token_ids);
   group.sampling = std::move(request.sampling);
+  group.shared_sampling = std::make_shared<const model::SamplingParams>(group.sampling);
   group.seed = request.seed;
   group.output_len_hint = request.output_len_hint;
   Sequence seq;
@@ -229,12 +230,7 @@ bool Scheduler::ends_with_pending_sample(const SequenceGroup& group, const Seque
 }
 
 bool Scheduler::is_in_flight(uint64_t seq_id) const {
-  for (const InFlightStep& step : in_flight_) {
-    if (std::find(step.seq_ids.begin(), step.seq_ids.end(), seq_id) != step.seq_ids.end()) {
-      return true;
-    }
-  }
-  return false;
+  return in_flight_steps_of_seq_.count(seq_id) != 0;
 }
 
 bool Scheduler::can_schedule() const {
@@ -248,6 +244,7 @@ void Scheduler::register_in_flight(const StepInput& step) {
   entry.step_id = step.step_id;
   for (const ScheduledSequence& scheduled : step.seqs) {
     entry.seq_ids.push_back(scheduled.seq_id);
+    ++in_flight_steps_of_seq_[scheduled.seq_id];
     if (!scheduled.sample) continue;
     const SequenceGroup& group = groups_.at(scheduled.request_id);
     // update() forks this prompt into best_of children, or selects and forks beams: the next
@@ -454,6 +451,9 @@ void Scheduler::admit_waiting(std::vector<PlannedGroup>& plans, Budget& budget) 
     if (can_never_run(group)) continue;
     if (budget.num_seqs + max_running_seqs(group) > config_.max_num_seqs) break;
     if (config_.admit_whole_prompt_only) {
+      // Prefix-cache hits are not subtracted (conservative), and nothing behind this group is
+      // admitted while it waits, so it gets in at the latest once the pool drains: every
+      // block is then free, and can_never_run() failed it if that was not enough.
       const Sequence& first = *group.live().front();
       const int whole = kv_->blocks_to_hold(first.seq_id, false, group.num_tokens(first),
                                             reservation(group, first));
@@ -584,7 +584,7 @@ ScheduledSequence Scheduler::complete_seq(SequenceGroup& group, Sequence& seq,
       seq.num_computed_tokens + static_cast<int>(scheduled.new_token_ids.size()) == total;
   if (!scheduled.sample) return scheduled;
 
-  scheduled.sampling = group.sampling;
+  scheduled.sampling = group.shared_sampling;
   const int num_out = static_cast<int>(seq.output_token_ids.size()) + seq.num_pending_samples;
   scheduled.sample_step = static_cast<uint64_t>(num_out);
   if (group.sampling.has_penalties()) {

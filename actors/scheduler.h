@@ -42,6 +42,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "actors/sequence_group.h"
@@ -125,12 +126,22 @@ struct SchedulerConfig {
   PreemptionMode preemption_mode = PreemptionMode::kRecompute;
   std::vector<int32_t> eos_token_ids;
   cache::KvAllocatorKind kv_allocator = cache::KvAllocatorKind::kPaged;  // --kv-allocator
-  // Admit a waiting group only when blocks for its whole prompt (plus tokens to recompute) are
-  // free now, as vLLM v0 did, even though chunked prefill computes a chunk at a time. Off: a
-  // group may start with whatever chunk the free blocks hold, which in a nearly full pool can
-  // thrash (admitted, preempted, recomputed again). The reserving allocators always need
-  // their whole region, so this only changes the paged allocator.
-  bool admit_whole_prompt_only = false;
+  // Admit a waiting group only when blocks for its whole prompt (plus the tokens a preempted
+  // group recomputes) are free now, above the watermark, as vLLM v0 did, even though chunked
+  // prefill then computes it a chunk at a time. The default: under memory pressure the other
+  // rule thrashes.
+  // Off: a group may start with whatever prompt chunk the free blocks hold.
+  // In a nearly full pool that group is the most recently admitted, so the first running
+  // decode short of a block preempts it, its chunk is discarded (recompute) or swapped, it is
+  // readmitted with another partial chunk as soon as blocks free up, and so on: thousands of
+  // preemptions per 1,000 requests and lower throughput on the Azure traces (`pagedserve bench
+  // admission`). Kept only for that comparison (bench admission, bench paper), not a serving
+  // flag: it can only win when running requests happen to finish before the partially
+  // admitted prompt needs its next blocks, and no measured workload showed a gain.
+  // A prompt that fits the pool but not the free blocks waits at the head of the queue (FCFS:
+  // nothing behind it is admitted) until running work drains; one larger than the pool fails.
+  // The reserving allocators always need their whole region, so this only changes paged.
+  bool admit_whole_prompt_only = true;
   KvMemoryPlacement kv_placement = KvMemoryPlacement::kDirect;
 };
 
@@ -301,6 +312,9 @@ class Scheduler {
     bool next_can_be_planned = true;  // no fork or beam selection depends on its outcome
   };
   std::deque<InFlightStep> in_flight_;  // scheduled, not yet updated; oldest first
+  // For each sequence in some step in flight, how many such steps contain it (is_in_flight()
+  // is called per finished sequence and per deferred free: a lookup, not a scan of every step).
+  std::unordered_map<uint64_t, int> in_flight_steps_of_seq_;
   // Finished sequences whose blocks wait for the steps in flight that contain them.
   std::set<uint64_t> deferred_frees_;
   uint64_t next_step_id_ = 0;

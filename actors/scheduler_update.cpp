@@ -26,6 +26,10 @@ std::vector<RequestUpdate> Scheduler::update(const StepInput& input, const StepO
       throw std::logic_error("Scheduler::update: step " + std::to_string(input.step_id) +
                              " is not in flight");
     }
+    for (uint64_t seq_id : step->seq_ids) {
+      auto count = in_flight_steps_of_seq_.find(seq_id);
+      if (--count->second == 0) in_flight_steps_of_seq_.erase(count);
+    }
     in_flight_.erase(step);
   }
   // Requests finished outside a step (aborts, errors found by schedule()) report first.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "actors/step_messages.h"
@@ -43,6 +44,9 @@ struct SequenceGroup {
   uint64_t request_id = 0;
   std::vector<int32_t> prompt_token_ids;
   model::SamplingParams sampling;
+  // The same params, made once when the request is added and handed to every sampling row
+  // of every step (ScheduledSequence::sampling) instead of a copy per row per step.
+  std::shared_ptr<const model::SamplingParams> shared_sampling;
   uint64_t seed = 0;  // the request's seed; sequence i draws from sequence_seed(seed, i)
   GroupStatus status = GroupStatus::kWaiting;
   bool forked = false;         // the prompt's logits were sampled: seqs are children or beams

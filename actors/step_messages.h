@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "cache/block_manager.h"
@@ -27,14 +28,16 @@ struct ScheduledSequence {
   int num_computed_tokens = 0;         // tokens already in the cache before this step
   std::vector<int32_t> block_table;    // device blocks covering all computed + new tokens
   bool sample = false;                 // logits wanted: false for a prompt chunk that is not last
-  model::SamplingParams sampling;      // used when sample is true
+  // Set when sample is true: the request's params, one copy per request shared by all its
+  // sequences and steps (not copied per sequence per step).
+  std::shared_ptr<const model::SamplingParams> sampling;
   // One RNG stream per token to draw from this row (each keyed by (seed, sample_step)): one
   // for a decode, best_of for the prompt of a sampling group (one per child), none for beam
   // search (which only reads top_logprobs).
   std::vector<uint64_t> sample_seeds;
   uint64_t sample_step = 0;               // tokens this sequence sampled so far: the RNG counter
   std::vector<int32_t> banned_token_ids;  // never drawn this step (EOS, stop ids < min_tokens)
-  // Only when sampling.has_penalties(): the history the penalties look at.
+  // Only when sampling->has_penalties(): the history the penalties look at.
   std::vector<int32_t> penalty_prompt_ids;  // the prompt (repetition penalty only)
   std::vector<int32_t> penalty_output_ids;  // tokens this sequence generated so far
   int num_top_logprobs = 0;  // (token, logprob) candidates wanted: 2 * beam width, or 0
@@ -54,7 +57,7 @@ struct StepInput {
 struct SequenceStepOutput {
   std::vector<model::TokenLogprob> samples;       // [sample_seeds.size()], drawn tokens
   std::vector<model::TokenLogprob> top_logprobs;  // [num_top_logprobs], best first
-  // Only when sampling.logprobs is set: what the client is told about each draw, parallel to
+  // Only when sampling->logprobs is set: what the client is told about each draw, parallel to
   // `samples` (raw logprobs, model/sampler.h: SampleLogprobs).
   std::vector<model::SampleLogprobs> reported_logprobs;
 };

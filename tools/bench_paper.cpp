@@ -2,6 +2,7 @@
 // docs/RESULTS.md) and `pagedserve bench calibrate` (fits a sim profile's step-cost
 // coefficients to the real CPU executor's step times).
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -11,6 +12,7 @@
 #include "cache/block_manager.h"
 #include "tools/cli_flags.h"
 #include "tools/engine_flags.h"
+#include "tools/paper/admission_bench.h"
 #include "tools/paper/paper_bench.h"
 #include "tools/subcommands.h"
 
@@ -61,6 +63,74 @@ int run_bench_paper(const std::vector<std::string>& args) {
   return 0;
 }
 
+int run_bench_admission(const std::vector<std::string>& args) {
+  const CliFlags flags(args,
+                       {"profile", "traces", "trace", "num-requests", "rate", "num-kv-blocks",
+                        "block-size", "preemption-mode", "seed"},
+                       {"help"});
+  if (flags.has("help")) {
+    std::cout
+        << "usage: pagedserve bench admission [--trace conv|code|both] [--rate R ...]\n"
+           "Replays an Azure trace on the simulator (--device sim) under each admission rule\n"
+           "(whole prompt: the engine's default, vLLM v0's rule; partial prompt: start with\n"
+           "whatever chunk the free blocks hold, the old default) and prints preemptions per\n"
+           "1,000 requests, throughput and normalized latency.\n"
+           "  --profile FILE        sim profile (default profiles/opt-13b-a100.json)\n"
+           "  --traces DIR          folder of the Azure 2023 trace CSVs\n"
+           "                        (default ../shared/traces/azure-2023)\n"
+           "  --trace NAME          conv, code or both (default both)\n"
+           "  --num-requests N      requests from the trace's start (default 1000)\n"
+           "  --rate R              Poisson arrivals per second, repeatable; 0: all at once\n"
+           "                        (default 0, 1, 2, 3)\n"
+           "  --num-kv-blocks N     KV pool (default: the profile's KV memory)\n"
+           "  --block-size N        tokens per block (default 16)\n"
+           "  --preemption-mode M   recompute (default) or swap (4 GiB of swap space)\n"
+           "  --seed N              arrival and token-id seed (default 0)\n"
+           "All results are SIMULATED; see profiles/README.md.\n";
+    return 0;
+  }
+  paper::AdmissionBenchOptions options;
+  options.profile = flags.get("profile", "profiles/opt-13b-a100.json");
+  const std::filesystem::path traces = flags.get("traces", "../shared/traces/azure-2023");
+  const std::string trace = flags.get("trace", "both");
+  if (trace != "conv" && trace != "code" && trace != "both") {
+    throw UsageError("--trace must be conv, code or both, got '" + trace + "'");
+  }
+  if (trace != "code") options.traces.push_back(traces / "AzureLLMInferenceTrace_conv.csv");
+  if (trace != "conv") options.traces.push_back(traces / "AzureLLMInferenceTrace_code.csv");
+  options.num_requests = static_cast<int>(flags.get_int("num-requests", 1000, 1, 100000));
+  for (const std::string& rate : flags.all("rate")) {
+    char* end = nullptr;
+    const double value = std::strtod(rate.c_str(), &end);
+    if (rate.empty() || *end != '\0' || !(value >= 0.0) || value > 1e9) {
+      throw UsageError("--rate must be a number >= 0, got '" + rate + "'");
+    }
+    options.rates.push_back(value);
+  }
+  if (options.rates.empty()) options.rates = {0.0, 1.0, 2.0, 3.0};
+  options.num_device_blocks = static_cast<int>(flags.get_int("num-kv-blocks", 0, 1, 1 << 30));
+  options.block_size = static_cast<int>(flags.get_int("block-size", 16, 1, 256));
+  options.seed = static_cast<unsigned>(flags.get_int("seed", 0, 0, UINT32_MAX));
+  const std::string mode = flags.get("preemption-mode", "recompute");
+  if (mode != "recompute" && mode != "swap") {
+    throw UsageError("--preemption-mode must be swap or recompute, got '" + mode + "'");
+  }
+  for (const auto& path : options.traces) {
+    if (!std::filesystem::exists(path)) throw UsageError("no such file: " + path.string());
+  }
+  if (!std::filesystem::exists(options.profile)) {
+    throw UsageError("no such file: " + options.profile.string());
+  }
+  if (mode == "swap") {
+    options.preemption = actors::PreemptionMode::kSwap;
+    const actors::SimProfile profile = actors::load_sim_profile(options.profile);
+    options.num_cpu_blocks =
+        static_cast<int>((int64_t{4} << 30) / (profile.kv_bytes_per_token * options.block_size));
+  }
+  paper::run_admission_bench(options, std::cout);
+  return 0;
+}
+
 // Steps of B sequences with L-token prompts (one prefill step, then decodes), timed on the
 // real executor, for B and L over a grid; a, b, c by least squares.
 int run_bench_calibrate(const std::vector<std::string>& args) {
@@ -95,7 +165,9 @@ int run_bench_calibrate(const std::vector<std::string>& args) {
         seqs[i].seq_id = i + 1;
         seqs[i].new_token_ids = prompt;
         seqs[i].sample = true;
-        seqs[i].sampling.temperature = 0.0f;
+        model::SamplingParams greedy;
+        greedy.temperature = 0.0f;
+        seqs[i].sampling = std::make_shared<const model::SamplingParams>(greedy);
         seqs[i].sample_seeds = {1};
       }
       for (int step = 0; step < 4; ++step) {

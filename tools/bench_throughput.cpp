@@ -129,7 +129,8 @@ int run_bench_throughput(const std::vector<std::string>& args) {
 
 int run_bench(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help") {
-    std::cout << "usage: pagedserve bench <throughput|serve|sweep|paper|calibrate> [flags]\n";
+    std::cout
+        << "usage: pagedserve bench <throughput|serve|sweep|paper|calibrate|admission> [flags]\n";
     return args.empty() ? 2 : 0;
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
@@ -137,8 +138,9 @@ int run_bench(const std::vector<std::string>& args) {
   if (args[0] == "serve" || args[0] == "sweep") return run_bench_online(args[0], rest);
   if (args[0] == "paper") return run_bench_paper(rest);
   if (args[0] == "calibrate") return run_bench_calibrate(rest);
+  if (args[0] == "admission") return run_bench_admission(rest);
   throw UsageError("unknown bench '" + args[0] +
-                   "' (known: throughput, serve, sweep, paper, calibrate)");
+                   "' (known: throughput, serve, sweep, paper, calibrate, admission)");
 }
 
 }  // namespace pagedserve::tools

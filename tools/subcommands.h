@@ -14,6 +14,7 @@ int run_bench(const std::vector<std::string>& args);
 int run_bench_online(const std::string& name, const std::vector<std::string>& args);
 int run_bench_paper(const std::vector<std::string>& args);      // tools/bench_paper.cpp
 int run_bench_calibrate(const std::vector<std::string>& args);  // tools/bench_paper.cpp
+int run_bench_admission(const std::vector<std::string>& args);  // tools/bench_paper.cpp
 int run_make_model(const std::vector<std::string>& args);       // tools/make_model.cpp
 // `bench throughput --batch B`: prefill and decode against the machine's roofline
 // (tools/bench_phases.cpp).

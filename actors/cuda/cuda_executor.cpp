@@ -651,7 +651,11 @@ StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
   for (size_t i = 0; i < input.seqs.size(); ++i) {
     const ScheduledSequence& seq = input.seqs[i];
     if (!seq.sample) continue;
-    const model::SamplingParams& p = seq.sampling;
+    if (!seq.sampling) {
+      throw std::invalid_argument("CudaExecutor: sequence " + std::to_string(seq.seq_id) +
+                                  " samples but has no sampling params");
+    }
+    const model::SamplingParams& p = *seq.sampling;
     if (!seq.banned_token_ids.empty() || p.has_penalties()) {
       std::map<int32_t, kc::LogitAdjustment> by_token;
       auto entry = [&](int32_t id) -> kc::LogitAdjustment& {
@@ -791,7 +795,7 @@ StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
     const ScheduledSequence& seq = input.seqs[i];
     if (!seq.sample) continue;
     SequenceStepOutput& out = output.seqs[i];
-    if (seq.sampling.is_greedy()) {
+    if (seq.sampling->is_greedy()) {
       for (size_t n = 0; n < seq.sample_seeds.size(); ++n) {
         out.samples.push_back({h_argmax[row], h_greedy_lp[row]});
       }

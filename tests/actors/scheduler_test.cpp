@@ -710,7 +710,7 @@ TEST(Scheduler, WholePromptAdmissionWaitsUntilTheWholePromptFits) {
     h.step();
     h.add(2, prompt_of(16, 300), sampled(2));  // needs 4, 3 are free
     const StepInput step = h.step();
-    // Off: request 2 starts with the 12-token chunk 3 blocks hold. On: it waits.
+    // Off: request 2 starts with the 12-token chunk 3 blocks hold. On (the default): it waits.
     EXPECT_EQ(step.seqs.size(), whole ? 1u : 2u) << "whole = " << whole;
     h.run();
     EXPECT_EQ(h.finished.size(), 2u);
@@ -819,6 +819,48 @@ Outputs run_placed(KvMemoryPlacement placement, PreemptionMode mode, bool prefix
   for (const auto& [id, u] : h.finished) {
     EXPECT_TRUE(u.error.empty()) << id << ": " << u.error;
     for (const CompletedSequence& c : u.outputs) outputs[id].push_back(c.token_ids);
+// Every sampling row of a request, in every step and for every child, points at one shared
+// copy of the request's params (not a copy per row per step), with the request's values.
+TEST(Scheduler, SamplingRowsShareTheRequestsParams) {
+  Harness h(64, 0, SchedulerConfig{});
+  model::SamplingParams p = sampled(4);
+  p.n = 2;
+  p.temperature = 0.7f;
+  h.add(1, prompt_of(6, 100), p);
+  h.add(2, prompt_of(6, 200), sampled(4));
+  std::map<uint64_t, const model::SamplingParams*> seen;
+  int rows = 0;
+  for (int i = 0; i < 3; ++i) {
+    for (const ScheduledSequence& s : h.step().seqs) {
+      if (!s.sample) continue;
+      ASSERT_NE(s.sampling, nullptr);
+      ++rows;
+      auto [it, first] = seen.try_emplace(s.request_id, s.sampling.get());
+      EXPECT_EQ(it->second, s.sampling.get()) << "request " << s.request_id << " step " << i;
+    }
+  }
+  EXPECT_EQ(rows, 8);  // request 1: its prompt, then 2 children x 2 steps; request 2: 3 rows
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_NE(seen[1], seen[2]);
+  EXPECT_FLOAT_EQ(seen[1]->temperature, 0.7f);
+  EXPECT_EQ(seen[1]->n, 2);
+  EXPECT_EQ(seen[2]->n, 1);
+  h.run();
+}
+
+// ---- admission under memory pressure ----
+
+// Outputs of each request run alone in a pool with room to spare (the reference).
+std::map<uint64_t, std::vector<int32_t>> run_each_alone(
+    const std::vector<std::pair<std::vector<int32_t>, int>>& requests, SchedulerConfig config) {
+  std::map<uint64_t, std::vector<int32_t>> outputs;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Harness alone(64, 0, config, /*prefix_caching=*/false);
+    const uint64_t id = i + 1;
+    alone.add(id, requests[i].first, sampled(requests[i].second));
+    alone.run();
+    EXPECT_EQ(alone.scheduler.stats().num_preemptions_recompute, 0);
+    outputs[id] = alone.finished.at(id).outputs.at(0).token_ids;
   }
   return outputs;
 }
@@ -907,6 +949,55 @@ TEST(Scheduler, WithoutPrefixHitsTheMirroredPlanIsTheDirectPlan) {
         EXPECT_EQ(a.seqs[j].num_computed_tokens, b.seqs[j].num_computed_tokens);
         EXPECT_EQ(a.seqs[j].block_table, b.seqs[j].block_table);
       }
+// 16 requests of 94-token prompts (24 blocks of 4) that generate 12 tokens, all at once, on a
+// pool of 48 blocks with recompute preemption. Admitting a request with whatever prompt chunk
+// the free blocks hold (the old default) makes it the newest running request, so it is the
+// victim whenever a decode needs a block, and it is readmitted with a new chunk as soon as
+// blocks free up, again and again. Whole-prompt admission keeps prompts from overcommitting
+// the pool.
+//
+// The bound under whole-prompt admission, via the free blocks minus the blocks running
+// prompts still have to take (F). Admission needs the whole prompt (and any outputs to
+// recompute) free, and a second prompt gets in only in a step where every running prompt's
+// last chunk is planned (until then a prompt takes the whole step budget or the free blocks),
+// so admission never makes F negative. F falls only by decode blocks: a request ends with
+// 94 + 12 - 1 = 105 computed tokens, 27 blocks, so it takes 3 blocks beyond its prompt, 48
+// in the run. A step preempts only while what it plans does not fit, i.e. F < 0, and each
+// victim raises F by the blocks it held or still needed (at least 1). So the run has at most
+// 48 preemptions, 3 per request. A victim keeps its outputs (recompute) and goes back to the
+// front of the queue, and the oldest running request is never a victim, so all finish.
+TEST(Scheduler, WholePromptAdmissionDoesNotThrashAFullPool) {
+  constexpr int kRequests = 16, kDecodeBlocksPerRequest = 3;
+  std::vector<std::pair<std::vector<int32_t>, int>> requests;
+  for (int i = 0; i < kRequests; ++i) requests.push_back({prompt_of(94, 100 + 50 * i), 12});
+  for (int budget : {16, 64, 256}) {  // prompts prefilled in 6, 2 and 1 chunks
+    SchedulerConfig config;
+    config.max_num_batched_tokens = budget;
+    config.preemption_mode = PreemptionMode::kRecompute;
+    const auto alone = run_each_alone(requests, config);
+    std::map<bool, int64_t> preemptions;
+    for (bool whole : {false, true}) {
+      SCOPED_TRACE(std::string(whole ? "whole" : "partial") + " prompt, budget " +
+                   std::to_string(budget));
+      config.admit_whole_prompt_only = whole;
+      Harness h(48, 0, config, /*prefix_caching=*/false);
+      for (size_t i = 0; i < requests.size(); ++i) {
+        h.add(i + 1, requests[i].first, sampled(requests[i].second));
+      }
+      h.run();  // also checks that every block is free afterwards
+      ASSERT_EQ(h.finished.size(), requests.size());
+      for (const auto& [id, update] : h.finished) {
+        EXPECT_TRUE(update.error.empty()) << update.error;
+        EXPECT_EQ(update.outputs.at(0).token_ids, alone.at(id)) << "request " << id;
+      }
+      preemptions[whole] = h.scheduler.stats().num_preemptions_recompute;
+    }
+    EXPECT_LE(preemptions[true], kRequests * kDecodeBlocksPerRequest)
+        << "at most one preemption per decode block (see above)";
+    // With prompts prefilled in one step, the old rule thrashes past that bound.
+    if (budget == 256) {
+      EXPECT_GT(preemptions[false], kRequests * kDecodeBlocksPerRequest)
+          << "partial admission no longer thrashes here";
     }
   }
 }
@@ -924,5 +1015,45 @@ TEST(Scheduler, RemotePlacementHasNoAllocatorToPokeAndSchedulesOnlyByMessage) {
   EXPECT_FALSE(h.scheduler.can_schedule()) << "the planned step waits for its result";
   EXPECT_THROW(h.scheduler.plan_step(), std::logic_error);
 }
+// A prompt that fits the pool but not the blocks free now waits at the head of the queue:
+// nothing behind it overtakes it, and it runs once the running requests finish. One larger
+// than the pool fails at once with an error naming the sizes.
+TEST(Scheduler, ALargePromptWaitsForRunningWorkToDrainAndIsNotStarved) {
+  SchedulerConfig config;
+  config.max_num_batched_tokens = 64;
+  Harness h(16, 0, config, /*prefix_caching=*/false);
+  h.add(1, prompt_of(16, 100), sampled(20));  // 4 blocks, 9 at the end
+  h.add(2, prompt_of(8, 200), sampled(20));   // 2 blocks, 7 at the end
+  h.step();
+  h.add(3, prompt_of(48, 300), sampled(3));  // 12 blocks: only once 1 and 2 are done
+  h.add(4, prompt_of(4, 400), sampled(3));   // 1 block: would fit now, but arrived after 3
+  h.add(5, prompt_of(68, 500), sampled(1));  // 17 blocks: never fits in 16
+  bool three_ran = false;
+  for (int i = 0; i < 200 && h.scheduler.has_unfinished(); ++i) {
+    const bool one_or_two_running =
+        h.scheduler.group(1) != nullptr || h.scheduler.group(2) != nullptr;
+    const StepInput step = h.step();
+    for (const ScheduledSequence& s : step.seqs) {
+      if (s.request_id == 3) {
+        three_ran = true;
+        EXPECT_FALSE(one_or_two_running) << "request 3 admitted without its 12 blocks free";
+      }
+      if (s.request_id == 4) {
+        EXPECT_TRUE(three_ran) << "request 4 overtook request 3";
+      }
+    }
+  }
+  h.run();
+  ASSERT_EQ(h.finished.size(), 5u);
+  for (uint64_t id : {1, 2, 3, 4}) {
+    EXPECT_TRUE(h.finished.at(id).error.empty()) << id << ": " << h.finished.at(id).error;
+  }
+  EXPECT_EQ(h.finished.at(3).outputs.at(0).token_ids.size(), 3u);
+  const std::string& error = h.finished.at(5).error;
+  EXPECT_NE(error.find("needs 17 KV blocks"), std::string::npos) << error;
+  EXPECT_NE(error.find("16 blocks"), std::string::npos) << error;
+  EXPECT_EQ(h.scheduler.stats().num_preemptions_recompute, 0);
+}
+
 }  // namespace
 }  // namespace pagedserve::actors

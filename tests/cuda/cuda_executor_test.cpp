@@ -179,7 +179,9 @@ TEST(CudaExecutor, SwapAndCopyOnWriteRoundTrips) {
     s.num_computed_tokens = 20;
     s.block_table = std::move(table);
     s.sample = true;
-    s.sampling.temperature = 0.0f;
+    model::SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    s.sampling = std::make_shared<const model::SamplingParams>(greedy);
     s.sample_seeds = {0};
     s.num_top_logprobs = 8;
     in.seqs.push_back(s);

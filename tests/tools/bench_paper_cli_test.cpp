@@ -1,9 +1,11 @@
 // `pagedserve bench paper --quick`: the whole simulated report on tiny workloads (a smoke test
-// that every experiment runs and the report says it is simulated), and its flag errors.
+// that every experiment runs and the report says it is simulated), and its flag errors; and
+// `pagedserve bench admission` (both admission rules on the simulator).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <array>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -61,6 +63,46 @@ TEST(BenchPaperCli, MissingInputsAreNamed) {
       run("bench paper --quick --profile /nonexistent/profile.json --traces " + traces.string());
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("/nonexistent/profile.json"), std::string::npos) << r.output;
+}
+
+// `pagedserve bench admission`: one row per rule; the preemption column is the 5th cell.
+int64_t preemptions_per_1000(const std::string& output, const std::string& rule) {
+  const std::string row = "| all at once | " + rule + " | ";
+  const size_t at = output.find(row);
+  if (at == std::string::npos) return -1;
+  std::stringstream cells(output.substr(at, output.find('\n', at) - at));
+  std::string cell;
+  for (int i = 0; i < 6; ++i) std::getline(cells, cell, '|');  // "", rate, rule, done, failed
+  return std::stoll(cell);
+}
+
+TEST(BenchAdmissionCli, ComparesBothRulesOnTheSimulator) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("bench_admission_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path traces = pagedserve::testing::shared_dir() / "traces" / "azure-2023";
+  const CommandResult r =
+      run("bench admission --trace conv --num-requests 100 --rate 0 --profile " +
+          write_profile(dir).string() + " --traces " + traces.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Simulated"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("| all at once | whole prompt | 100 | 0 |"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("| all at once | partial prompt | 100 | 0 |"), std::string::npos)
+      << r.output;
+  const int64_t whole = preemptions_per_1000(r.output, "whole prompt");
+  const int64_t partial = preemptions_per_1000(r.output, "partial prompt");
+  ASSERT_GE(whole, 0) << r.output;
+  EXPECT_LT(whole, partial) << r.output;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BenchAdmissionCli, BadFlagsAreNamed) {
+  for (const char* args : {"--trace foo", "--rate -1", "--rate abc"}) {
+    const CommandResult r = run(std::string("bench admission ") + args);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_NE(r.output.find(std::string(args).substr(2, 5)), std::string::npos) << r.output;
+  }
 }
 
 }  // namespace

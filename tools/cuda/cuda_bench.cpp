@@ -259,12 +259,14 @@ nlohmann::json end_to_end(CudaExecutor& executor, int batch, int prompt_len, int
     s.num_computed_tokens = computed;
     s.block_table = tables[b];
     s.sample = true;
+    pagedserve::model::SamplingParams params;
     if (sampled) {
-      s.sampling.temperature = 1.0f;
-      s.sampling.top_p = 0.9f;
+      params.temperature = 1.0f;
+      params.top_p = 0.9f;
     } else {
-      s.sampling.temperature = 0.0f;
+      params.temperature = 0.0f;
     }
+    s.sampling = std::make_shared<const pagedserve::model::SamplingParams>(params);
     s.sample_seeds = {static_cast<uint64_t>(b) + 1};
     s.sample_step = step;
     return s;

@@ -20,25 +20,13 @@
 namespace pagedserve::paper {
 namespace {
 
-using cache::kv_allocator_name;
-using cache::KvAllocatorKind;
-
-const KvAllocatorKind kAllocators[] = {KvAllocatorKind::kPaged, KvAllocatorKind::kReserveOracle,
-                                       KvAllocatorKind::kReservePow2, KvAllocatorKind::kReserveMax};
-
 std::string fmt(const char* format, double value) {
   char buffer[64];
   std::snprintf(buffer, sizeof(buffer), format, value);
   return buffer;
 }
-std::string pct(double share) { return fmt("%.1f%%", 100.0 * share); }
 
-// Lengths from the trace (clipped to the context as bench serve does), prompt ids random and
-// distinct per request (no accidental prefix sharing), arrivals all at 0 (set later).
-struct Workload {
-  std::vector<SimRequest> requests;
-  std::string description;
-};
+}  // namespace
 
 Workload load_workload(const std::filesystem::path& path, int num, int max_model_len,
                        int prefix_tokens, unsigned seed) {
@@ -74,6 +62,16 @@ std::vector<SimRequest> at_rate(std::vector<SimRequest> requests, double rate, u
   for (size_t i = 0; i < requests.size(); ++i) requests[i].arrival_s = arrivals[i];
   return requests;
 }
+
+namespace {
+
+using cache::kv_allocator_name;
+using cache::KvAllocatorKind;
+
+const KvAllocatorKind kAllocators[] = {KvAllocatorKind::kPaged, KvAllocatorKind::kReserveOracle,
+                                       KvAllocatorKind::kReservePow2, KvAllocatorKind::kReserveMax};
+
+std::string pct(double share) { return fmt("%.1f%%", 100.0 * share); }
 
 struct Ctx {
   const PaperOptions& options;
@@ -510,14 +508,16 @@ void run_paper(const PaperOptions& options) {
   throughput_section(ctx, code, "code", options.quick ? 0.5 : 0.2, options.quick ? 1.0 : 0.5,
                      "throughput_code.svg");
   md << "Admission: every run above except the \"chunk admission\" row admits a waiting "
-        "request only when blocks for its whole prompt are free (SchedulerConfig::"
-        "admit_whole_prompt_only, as the paper's vLLM, which had no chunked prefill). With "
-        "pagedserve's default (start a request with whatever prompt chunk the free blocks "
-        "hold), a nearly full pool thrashes under recompute preemption: a request is admitted "
-        "with a chunk, preempted by the next decode that needs a block, recomputed, and so on "
-        "(thousands of preemptions per 1,000 requests just above the rate shown), so paged "
-        "falls below every baseline. The reserving allocators never preempt: a request runs "
-        "only once its whole region is reserved.\n\n"
+        "request only when blocks for its whole prompt are free (pagedserve's default, "
+        "SchedulerConfig::admit_whole_prompt_only, the rule of the paper's vLLM, which had no "
+        "chunked prefill). The \"chunk admission\" row starts a request with whatever prompt "
+        "chunk the free blocks hold (pagedserve's default until this thrash was found): a "
+        "nearly full pool then thrashes under recompute preemption: a request is admitted with "
+        "a chunk, preempted by the next decode that needs a block, recomputed, and so on "
+        "(thousands of preemptions per 1,000 requests just above the rate shown; `pagedserve "
+        "bench admission` compares the two rules at fixed rates), so paged falls below every "
+        "baseline. The reserving allocators never preempt: a request runs only once its whole "
+        "region is reserved.\n\n"
      << "Differences: the Azure prompts are long (median 1,020 tokens for conversation, 1,469 "
         "for code, against ShareGPT's ~160) and every allocator must hold the prompt, so the "
         "memory an output-length reservation wastes is a smaller share than in the paper, "

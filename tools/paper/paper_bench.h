@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
+
+#include "tools/paper/sim_run.h"
 
 namespace pagedserve::paper {
 
@@ -24,6 +27,18 @@ struct PaperOptions {
   int real_num_requests = 24;
   int real_threads = 2;
 };
+
+// Requests from an Azure trace (lengths clipped to the context as bench serve does), each
+// prompt `prefix_tokens` shared tokens then random ids distinct per request (no accidental
+// prefix sharing); arrivals all at 0 (see at_rate).
+struct Workload {
+  std::vector<SimRequest> requests;
+  std::string description;  // count, file, mean lengths, how many were clipped
+};
+Workload load_workload(const std::filesystem::path& path, int num, int max_model_len,
+                       int prefix_tokens, unsigned seed);
+// The requests with Poisson arrivals at `rate` per second.
+std::vector<SimRequest> at_rate(std::vector<SimRequest> requests, double rate, unsigned seed);
 
 // Runs every experiment and writes the report. Throws on unreadable inputs.
 void run_paper(const PaperOptions& options);

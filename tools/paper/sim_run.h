@@ -32,8 +32,8 @@ struct SimRunConfig {
   bool pass_output_len_hint = true;  // tell the scheduler each request's true output length
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2560;
-  // SchedulerConfig::admit_whole_prompt_only: on, as the paper's vLLM (v0, no chunked
-  // prefill) admitted; the throughput sweep also shows paged with it off.
+  // SchedulerConfig::admit_whole_prompt_only: on (the engine's default), as the paper's vLLM
+  // (v0, no chunked prefill) admitted; the throughput sweep also shows paged with it off.
   bool admit_whole_prompt_only = true;
 };
 
