@@ -819,48 +819,6 @@ Outputs run_placed(KvMemoryPlacement placement, PreemptionMode mode, bool prefix
   for (const auto& [id, u] : h.finished) {
     EXPECT_TRUE(u.error.empty()) << id << ": " << u.error;
     for (const CompletedSequence& c : u.outputs) outputs[id].push_back(c.token_ids);
-// Every sampling row of a request, in every step and for every child, points at one shared
-// copy of the request's params (not a copy per row per step), with the request's values.
-TEST(Scheduler, SamplingRowsShareTheRequestsParams) {
-  Harness h(64, 0, SchedulerConfig{});
-  model::SamplingParams p = sampled(4);
-  p.n = 2;
-  p.temperature = 0.7f;
-  h.add(1, prompt_of(6, 100), p);
-  h.add(2, prompt_of(6, 200), sampled(4));
-  std::map<uint64_t, const model::SamplingParams*> seen;
-  int rows = 0;
-  for (int i = 0; i < 3; ++i) {
-    for (const ScheduledSequence& s : h.step().seqs) {
-      if (!s.sample) continue;
-      ASSERT_NE(s.sampling, nullptr);
-      ++rows;
-      auto [it, first] = seen.try_emplace(s.request_id, s.sampling.get());
-      EXPECT_EQ(it->second, s.sampling.get()) << "request " << s.request_id << " step " << i;
-    }
-  }
-  EXPECT_EQ(rows, 8);  // request 1: its prompt, then 2 children x 2 steps; request 2: 3 rows
-  ASSERT_EQ(seen.size(), 2u);
-  EXPECT_NE(seen[1], seen[2]);
-  EXPECT_FLOAT_EQ(seen[1]->temperature, 0.7f);
-  EXPECT_EQ(seen[1]->n, 2);
-  EXPECT_EQ(seen[2]->n, 1);
-  h.run();
-}
-
-// ---- admission under memory pressure ----
-
-// Outputs of each request run alone in a pool with room to spare (the reference).
-std::map<uint64_t, std::vector<int32_t>> run_each_alone(
-    const std::vector<std::pair<std::vector<int32_t>, int>>& requests, SchedulerConfig config) {
-  std::map<uint64_t, std::vector<int32_t>> outputs;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    Harness alone(64, 0, config, /*prefix_caching=*/false);
-    const uint64_t id = i + 1;
-    alone.add(id, requests[i].first, sampled(requests[i].second));
-    alone.run();
-    EXPECT_EQ(alone.scheduler.stats().num_preemptions_recompute, 0);
-    outputs[id] = alone.finished.at(id).outputs.at(0).token_ids;
   }
   return outputs;
 }
@@ -949,6 +907,70 @@ TEST(Scheduler, WithoutPrefixHitsTheMirroredPlanIsTheDirectPlan) {
         EXPECT_EQ(a.seqs[j].num_computed_tokens, b.seqs[j].num_computed_tokens);
         EXPECT_EQ(a.seqs[j].block_table, b.seqs[j].block_table);
       }
+    }
+  }
+}
+
+TEST(Scheduler, RemotePlacementHasNoAllocatorToPokeAndSchedulesOnlyByMessage) {
+  SchedulerConfig config;
+  config.kv_placement = KvMemoryPlacement::kRemote;
+  Harness h(8, 0, config);
+  EXPECT_THROW(h.scheduler.kv_allocator(), std::logic_error);
+  EXPECT_THROW(h.scheduler.schedule(), std::logic_error);
+  h.add(1, prompt_of(6, 100), sampled(2));
+  const cache::KvMemoryOps ops = h.scheduler.plan_step();
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].kind, cache::KvOpKind::kAllocate);
+  EXPECT_FALSE(h.scheduler.can_schedule()) << "the planned step waits for its result";
+  EXPECT_THROW(h.scheduler.plan_step(), std::logic_error);
+}
+
+// Every sampling row of a request, in every step and for every child, points at one shared
+// copy of the request's params (not a copy per row per step), with the request's values.
+TEST(Scheduler, SamplingRowsShareTheRequestsParams) {
+  Harness h(64, 0, SchedulerConfig{});
+  model::SamplingParams p = sampled(4);
+  p.n = 2;
+  p.temperature = 0.7f;
+  h.add(1, prompt_of(6, 100), p);
+  h.add(2, prompt_of(6, 200), sampled(4));
+  std::map<uint64_t, const model::SamplingParams*> seen;
+  int rows = 0;
+  for (int i = 0; i < 3; ++i) {
+    for (const ScheduledSequence& s : h.step().seqs) {
+      if (!s.sample) continue;
+      ASSERT_NE(s.sampling, nullptr);
+      ++rows;
+      auto [it, first] = seen.try_emplace(s.request_id, s.sampling.get());
+      EXPECT_EQ(it->second, s.sampling.get()) << "request " << s.request_id << " step " << i;
+    }
+  }
+  EXPECT_EQ(rows, 8);  // request 1: its prompt, then 2 children x 2 steps; request 2: 3 rows
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_NE(seen[1], seen[2]);
+  EXPECT_FLOAT_EQ(seen[1]->temperature, 0.7f);
+  EXPECT_EQ(seen[1]->n, 2);
+  EXPECT_EQ(seen[2]->n, 1);
+  h.run();
+}
+
+// ---- admission under memory pressure ----
+
+// Outputs of each request run alone in a pool with room to spare (the reference).
+std::map<uint64_t, std::vector<int32_t>> run_each_alone(
+    const std::vector<std::pair<std::vector<int32_t>, int>>& requests, SchedulerConfig config) {
+  std::map<uint64_t, std::vector<int32_t>> outputs;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Harness alone(64, 0, config, /*prefix_caching=*/false);
+    const uint64_t id = i + 1;
+    alone.add(id, requests[i].first, sampled(requests[i].second));
+    alone.run();
+    EXPECT_EQ(alone.scheduler.stats().num_preemptions_recompute, 0);
+    outputs[id] = alone.finished.at(id).outputs.at(0).token_ids;
+  }
+  return outputs;
+}
+
 // 16 requests of 94-token prompts (24 blocks of 4) that generate 12 tokens, all at once, on a
 // pool of 48 blocks with recompute preemption. Admitting a request with whatever prompt chunk
 // the free blocks hold (the old default) makes it the newest running request, so it is the
@@ -1002,19 +1024,6 @@ TEST(Scheduler, WholePromptAdmissionDoesNotThrashAFullPool) {
   }
 }
 
-TEST(Scheduler, RemotePlacementHasNoAllocatorToPokeAndSchedulesOnlyByMessage) {
-  SchedulerConfig config;
-  config.kv_placement = KvMemoryPlacement::kRemote;
-  Harness h(8, 0, config);
-  EXPECT_THROW(h.scheduler.kv_allocator(), std::logic_error);
-  EXPECT_THROW(h.scheduler.schedule(), std::logic_error);
-  h.add(1, prompt_of(6, 100), sampled(2));
-  const cache::KvMemoryOps ops = h.scheduler.plan_step();
-  ASSERT_EQ(ops.size(), 1u);
-  EXPECT_EQ(ops[0].kind, cache::KvOpKind::kAllocate);
-  EXPECT_FALSE(h.scheduler.can_schedule()) << "the planned step waits for its result";
-  EXPECT_THROW(h.scheduler.plan_step(), std::logic_error);
-}
 // A prompt that fits the pool but not the blocks free now waits at the head of the queue:
 // nothing behind it overtakes it, and it runs once the running requests finish. One larger
 // than the pool fails at once with an error naming the sizes.
