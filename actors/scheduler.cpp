@@ -23,6 +23,21 @@
 // prefix hit never reads K/V that no step computes. Preemption runs before any allocation of
 // the step, so no block is hashed and then dropped uncomputed.
 //
+// Prefix hints (kMirrored, kRemote with the prefix cache on): the mirror has no cache, so each
+// step's op list ends with a probe op for every sequence that may be allocated soon (the live
+// sequences without blocks of the first max_num_seqs waiting groups, and of running groups)
+// whose hint is missing or kPrefixHintMaxAge steps old; the applier answers with the cache's
+// hits at that point, after the step's own allocations, and finish_step keeps the answer on
+// the sequence. plan_seq then plans the sequence from the hint as kDirect plans from the real
+// hits: the token budget pays only for the tokens after it, the blocks are counted for hint +
+// compute (an upper bound: hit blocks may come from the free cached pool) and the allocate op's
+// cap is hint + compute. A stale hint only errs safely: blocks evicted meanwhile mean the step
+// computes the same number of tokens from an earlier start (the rest become later chunks) in
+// fewer blocks; hits that appeared meanwhile shrink the step's work. A waiting group never
+// probed whose prompt would be chunked waits one step for its probe when the step has other
+// work (else its hits would count only within its first chunk); into an idle step it is
+// admitted at once, planned from token 0.
+//
 // With overlap scheduling (see scheduler.h) the same holds: a block hashed while planning step
 // N+1 is computed by N+1 or by N (which runs first); a block filled by a placeholder is hashed
 // by update(N) while N+1, which computes it, is queued or running, so only steps planned after
@@ -36,6 +51,9 @@
 
 namespace pagedserve::actors {
 namespace {
+
+// Steps after which a prefix hint is probed again (blocks get cached and evicted meanwhile).
+constexpr uint64_t kPrefixHintMaxAge = 4;
 
 int blocks_for(int num_tokens, int block_size) {
   return (num_tokens + block_size - 1) / block_size;
@@ -70,6 +88,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, const cache::BlockManagerCon
     auto mirror = std::make_unique<cache::PagedKvMirror>(blocks);
     paged_mirror_ = mirror.get();
     mirror_storage_ = std::move(mirror);
+    use_prefix_hints_ = blocks.enable_prefix_caching;
     kv_ = mirror_storage_.get();
   } else {
     // A reserving allocator's state is a pure function of its op stream (no prefix cache, no
@@ -87,7 +106,15 @@ void Scheduler::emit(cache::KvMemoryOp op) {
     direct_->apply(op);
     return;
   }
-  cache::KvMemoryApplier(*kv_).apply(op);
+  if (op.kind == cache::KvOpKind::kAllocate) {
+    // The view has no cache: it takes blocks for every token up to the cap, the most the
+    // allocator may (a prefix hint moved the cap past the tokens computed).
+    cache::KvMemoryOp upper_bound = op;
+    upper_bound.compute_tokens = op.end_cap;
+    cache::KvMemoryApplier(*kv_).apply(upper_bound);
+  } else {
+    cache::KvMemoryApplier(*kv_).apply(op);
+  }
   ops_.push_back(std::move(op));
 }
 
@@ -100,6 +127,43 @@ cache::KvMemoryOps Scheduler::take_memory_ops() {
 void Scheduler::apply_result(const cache::KvMemoryResult& result) {
   if (paged_mirror_ != nullptr) paged_mirror_->reconcile(result);
   memory_ = result.snapshot;
+  store_prefix_probes(result);
+}
+
+bool Scheduler::needs_prefix_probe(const Sequence& seq, uint64_t step_id) const {
+  if (seq.finished() || seq.num_pending_samples > 0 || kv_->has_sequence(seq.seq_id)) {
+    return false;  // its tokens are not all known, or it holds blocks already
+  }
+  return seq.prefix_hint_tokens < 0 || step_id >= seq.prefix_hint_step + kPrefixHintMaxAge;
+}
+
+void Scheduler::emit_prefix_probes(uint64_t step_id) {
+  if (!use_prefix_hints_) return;
+  // Not through emit(): the view has no cache to ask.
+  auto probe = [&](const SequenceGroup& group) {
+    for (const Sequence& seq : group.seqs) {
+      if (!needs_prefix_probe(seq, step_id)) continue;
+      ops_.push_back(
+          cache::KvMemoryOp::probe_prefix(group.request_id, seq.seq_id, group.tokens(seq)));
+    }
+  };
+  for (uint64_t id : running_) probe(groups_.at(id));
+  int num_groups = 0;
+  for (uint64_t id : waiting_) {
+    if (num_groups++ >= config_.max_num_seqs) break;
+    probe(groups_.at(id));
+  }
+}
+
+void Scheduler::store_prefix_probes(const cache::KvMemoryResult& result) {
+  for (const cache::KvPrefixProbe& probe : result.probes) {
+    auto group = groups_.find(probe.group);
+    if (group == groups_.end()) continue;  // finished meanwhile
+    Sequence* seq = group->second.find(probe.seq);
+    if (seq == nullptr || seq->finished()) continue;
+    seq->prefix_hint_tokens = probe.num_cached_tokens;
+    seq->prefix_hint_step = next_step_id_;
+  }
 }
 
 void Scheduler::absorb_memory_result(const cache::KvMemoryResult& result) {
@@ -272,7 +336,11 @@ Scheduler::PlannedSeq Scheduler::plan_seq(const SequenceGroup& group, const Sequ
   int start = seq.num_computed_tokens;
   if (!held) {
     planned.allocate = true;
-    planned.num_hit_tokens = kv_->cached_prefix_tokens(group.tokens(seq));
+    // From a view without the cache, the hint a probe brought back (see the file comment);
+    // at least the last token is computed, as the allocator's own lookup guarantees.
+    planned.num_hit_tokens = use_prefix_hints_
+                                 ? std::clamp(seq.prefix_hint_tokens, 0, std::max(total - 1, 0))
+                                 : kv_->cached_prefix_tokens(group.tokens(seq));
     start = planned.num_hit_tokens;
   }
   // The most tokens max_blocks can hold (for paged, hit blocks are counted as taken: a
@@ -450,6 +518,11 @@ void Scheduler::admit_waiting(std::vector<PlannedGroup>& plans, Budget& budget) 
     if (group.has_pending_samples()) break;  // preempted while sampling: its token comes first
     if (can_never_run(group)) continue;
     if (budget.num_seqs + max_running_seqs(group) > config_.max_num_seqs) break;
+    if (use_prefix_hints_ && !plans.empty()) {
+      // Never probed and chunked: its probe goes out with this step (see the file comment).
+      const Sequence& first = *group.live().front();
+      if (first.prefix_hint_tokens < 0 && group.num_tokens(first) > budget.tokens) break;
+    }
     if (config_.admit_whole_prompt_only) {
       // Prefix-cache hits are not subtracted (conservative), and nothing behind this group is
       // admitted while it waits, so it gets in at the latest once the pool drains: every
@@ -499,6 +572,7 @@ void Scheduler::preempt(SequenceGroup& group) {
     } else {
       emit(cache::KvMemoryOp::free(seq->seq_id));
       seq->num_computed_tokens = 0;
+      seq->prefix_hint_tokens = -1;  // probed again before it is readmitted
     }
   }
   if (swap) {
@@ -519,8 +593,9 @@ void Scheduler::preempt(SequenceGroup& group) {
 // A new one: prompt[0, end) with end = min(total, hits + compute, end_cap) (KvMemoryApplier).
 // kDirect plans from the allocator itself and knows its hits: end is exactly hits + the planned
 // tokens, as planned. Planning from a view without the cache, the plan counted the prompt from
-// token 0: the step computes at most the planned tokens and takes at most the planned blocks,
-// fewer when the cache serves a prefix.
+// its prefix hint (0 when none): end_cap = hint + compute (widened to the planned blocks' last
+// slot), so the step computes at most the planned tokens and takes at most the planned blocks,
+// fewer tokens when the cache serves more than the hint, an earlier start when it serves less.
 void Scheduler::emit_plan(const std::vector<PlannedGroup>& plans) {
   for (const PlannedGroup& plan : plans) {
     SequenceGroup& group = groups_.at(plan.request_id);
@@ -649,6 +724,7 @@ cache::KvMemoryOps Scheduler::plan_step() {
     if (swapped_.empty()) admit_waiting(next.plans, budget);
   }
   emit_plan(next.plans);
+  emit_prefix_probes(next.step.step_id);
   planned_ = std::move(next);
   return take_memory_ops();
 }

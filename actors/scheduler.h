@@ -16,7 +16,8 @@
 // replica (reserve-*, whose first-fit state is a pure function of the ops) while the allocator
 // lives elsewhere; then the step is completed from the op list's one result (the copies, the
 // prefix hits of new sequences, the tables). Planning from a mirror, a new prompt is planned
-// from token 0 (its hits are unknown) and the step computes what the cache did not serve.
+// after the hits a probe op reported for it in an earlier step (a hint; from token 0 when none
+// came yet) and the step computes what the cache did not serve, never more than planned.
 //
 // Overlap scheduling (vLLM's async scheduling, SGLang's overlap scheduler): schedule() may be
 // called again while the step it returned last is still running, before its update(), when
@@ -244,6 +245,11 @@ class Scheduler {
   int blocks_to_resume(SequenceGroup& group) const;
   // Emits the allocate / append ops of every planned sequence, in plan order.
   void emit_plan(const std::vector<PlannedGroup>& plan);
+  // Planning from a view without the cache: probe ops for the sequences that may be allocated
+  // soon and have no recent hint (see "Prefix hints" in scheduler.cpp).
+  void emit_prefix_probes(uint64_t step_id);
+  void store_prefix_probes(const cache::KvMemoryResult& result);
+  bool needs_prefix_probe(const Sequence& seq, uint64_t step_id) const;
   // One planned sequence's share of the step, from what the allocator did (the result).
   ScheduledSequence complete_seq(SequenceGroup& group, Sequence& seq, const PlannedSeq& planned,
                                  const cache::KvAllocation* allocation, cache::KvSeqState& state);
@@ -290,6 +296,8 @@ class Scheduler {
   std::unique_ptr<cache::KvAllocator> mirror_storage_;
   cache::KvAllocator* kv_ = nullptr;
   cache::PagedKvMirror* paged_mirror_ = nullptr;  // mirror_storage_ when it is one
+  // Plans from paged_mirror_ with the prefix cache on: probe ops and hints (scheduler.cpp).
+  bool use_prefix_hints_ = false;
   // kDirect: applies ops to owned_ as they are emitted and collects the step's result.
   std::unique_ptr<cache::KvMemoryApplier> direct_;
   cache::KvMemoryOps ops_;  // decided, not handed out yet (kMirrored, kRemote)

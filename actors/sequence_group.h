@@ -36,6 +36,11 @@ struct Sequence {
   // while that one runs (overlap scheduling).
   int num_pending_samples = 0;
   FinishReason finish_reason = FinishReason::kNone;
+  // Planning from a view without the prefix cache (kMirrored, kRemote): the hits a probe op
+  // found for this sequence's tokens while it held no blocks, -1 until one answered, and the
+  // first step planned after that answer. A hint only: the blocks may be evicted meanwhile.
+  int prefix_hint_tokens = -1;
+  uint64_t prefix_hint_step = 0;
 
   bool finished() const { return finish_reason != FinishReason::kNone; }
 };

@@ -29,6 +29,8 @@ const char* kv_op_name(KvOpKind kind) {
       return "swap_out";
     case KvOpKind::kSwapIn:
       return "swap_in";
+    case KvOpKind::kProbePrefix:
+      return "probe_prefix";
   }
   return "?";
 }
@@ -111,6 +113,15 @@ KvMemoryOp KvMemoryOp::swap_in(SeqId seq) {
   return op;
 }
 
+KvMemoryOp KvMemoryOp::probe_prefix(uint64_t group, SeqId seq, std::vector<int32_t> tokens) {
+  KvMemoryOp op;
+  op.kind = KvOpKind::kProbePrefix;
+  op.group = group;
+  op.seq = seq;
+  op.tokens = std::move(tokens);
+  return op;
+}
+
 KvMemorySnapshot snapshot_of(const KvAllocator& kv) {
   KvMemorySnapshot s;
   s.num_total_device_blocks = kv.num_total_device_blocks();
@@ -137,7 +148,7 @@ void KvMemoryApplier::apply(const KvMemoryOp& op) {
   // allocate(), when has_sequence() is still false.
   if (op.kind != KvOpKind::kAllocate && op.kind != KvOpKind::kReserve &&
       op.kind != KvOpKind::kReleaseGroup && op.kind != KvOpKind::kFree &&
-      !kv_.has_sequence(op.seq)) {
+      op.kind != KvOpKind::kProbePrefix && !kv_.has_sequence(op.seq)) {
     throw std::logic_error(std::string("KvMemoryApplier: ") + kv_op_name(op.kind) +
                            " for unknown sequence " + std::to_string(op.seq));
   }
@@ -190,6 +201,9 @@ void KvMemoryApplier::apply(const KvMemoryOp& op) {
     case KvOpKind::kSwapIn:
       append_copies(result_.swap_in, kv_.swap_in(op.seq));
       touch(op.seq);
+      return;
+    case KvOpKind::kProbePrefix:
+      result_.probes.push_back({op.group, op.seq, kv_.cached_prefix_tokens(op.tokens)});
       return;
   }
 }

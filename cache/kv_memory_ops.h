@@ -13,6 +13,9 @@
 // list and the tokens the plan lets it compute; the applier looks the prefix up and hands the
 // allocator [0, min(total, hits + compute, end_cap)), so the step computes what the cache did
 // not serve (never more than planned) and takes no more blocks than planned (end_cap).
+// A planner without the cache learns hits ahead of time with kProbePrefix: the applier answers
+// with the allocator's cached_prefix_tokens at that point of the list (KvPrefixProbe), and the
+// planner keeps it as a hint for a later step (only a hint: blocks may be evicted meanwhile).
 // Pure values and logic: no threads, no I/O.
 #pragma once
 
@@ -37,6 +40,7 @@ enum class KvOpKind {
   kReleaseGroup,    // release_group(group)
   kSwapOut,         // swap_out(seq)
   kSwapIn,          // swap_in(seq)
+  kProbePrefix,     // cached_prefix_tokens(tokens), answered in KvMemoryResult::probes
 };
 const char* kv_op_name(KvOpKind kind);
 
@@ -45,9 +49,9 @@ struct KvMemoryOp {
   SeqId seq = 0;
   SeqId child = 0;              // kFork
   int32_t token = 0;            // kAppend, kResolvePending
-  uint64_t group = 0;           // kReleaseGroup
+  uint64_t group = 0;           // kReleaseGroup; kProbePrefix: the request, echoed back
   SeqReservation reservation;   // kReserve
-  std::vector<int32_t> tokens;  // kAllocate: every token of the sequence so far
+  std::vector<int32_t> tokens;  // kAllocate, kProbePrefix: every token of the sequence so far
   int compute_tokens = 0;       // kAllocate: tokens the plan lets this step compute
   int end_cap = 0;              // kAllocate: hand the allocator at most this many tokens
 
@@ -62,6 +66,7 @@ struct KvMemoryOp {
   static KvMemoryOp release_group(uint64_t group);
   static KvMemoryOp swap_out(SeqId seq);
   static KvMemoryOp swap_in(SeqId seq);
+  static KvMemoryOp probe_prefix(uint64_t group, SeqId seq, std::vector<int32_t> tokens);
 };
 
 using KvMemoryOps = std::vector<KvMemoryOp>;
@@ -71,6 +76,13 @@ struct KvAllocation {
   SeqId seq = 0;
   int num_cached_tokens = 0;  // served by the prefix cache: the step computes from here
   int num_tokens = 0;         // tokens handed to the allocator: the step computes up to here
+};
+
+// What a kProbePrefix op found: the tokens the prefix cache would serve the sequence then.
+struct KvPrefixProbe {
+  uint64_t group = 0;
+  SeqId seq = 0;
+  int num_cached_tokens = 0;
 };
 
 // One sequence the ops touched and the allocator still holds, after the whole list.
@@ -99,6 +111,7 @@ struct KvMemoryResult {
   std::vector<BlockCopy> swap_in;         // cpu -> device
   std::vector<BlockCopy> block_copies;    // device -> device: fork copies and copy-on-write
   std::vector<KvAllocation> allocations;  // one per kAllocate op, in op order
+  std::vector<KvPrefixProbe> probes;      // one per kProbePrefix op, in op order
   std::vector<KvSeqState> seqs;           // by first touch
   KvMemorySnapshot snapshot;
 };

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <optional>
@@ -908,6 +909,185 @@ TEST(Scheduler, WithoutPrefixHitsTheMirroredPlanIsTheDirectPlan) {
         EXPECT_EQ(a.seqs[j].block_table, b.seqs[j].block_table);
       }
     }
+  }
+}
+
+// Prefix hints (kMirrored, kRemote): a waiting prompt is probed, and the next plan charges the
+// token budget only for the tokens after the hinted hits, so a second prompt fits in the same
+// step. A stale hint (the hit blocks evicted after the probe) computes the planned number of
+// tokens from token 0 instead, in fewer blocks than planned, and the rest as later chunks.
+TEST(Scheduler, APrefixHintChargesTheBudgetOnlyForTheTokensToCompute) {
+  const std::vector<int32_t> shared = prompt_of(32, 100);
+  std::vector<int32_t> second = shared;
+  for (int32_t t : prompt_of(8, 500)) second.push_back(t);  // 40 tokens, 32 of them cached
+  for (bool stale : {false, true}) {
+    SCOPED_TRACE(stale ? "stale hint" : "fresh hint");
+    SchedulerConfig config;
+    config.kv_placement = KvMemoryPlacement::kRemote;
+    config.max_num_batched_tokens = 16;
+    Harness h(32, 0, config);
+    RemoteAllocator remote(cache::KvAllocatorKind::kPaged, Harness::block_config(32, 0, true));
+    auto step = [&] {
+      const StepInput input = remote.schedule(h.scheduler);
+      h.apply(input, h.executor.execute(input));
+      return input;
+    };
+    h.add(4, prompt_of(4, 900), sampled(60));  // decodes throughout: every step has other work
+    h.add(1, prompt_of(40, 100), sampled(1));  // publishes the shared prefix, then ends
+    for (int guard = 0; h.finished.count(1) == 0; ++guard) {
+      ASSERT_LT(guard, 20);
+      step();
+    }
+    // Request 1's blocks are free but cached.
+    EXPECT_EQ(remote.kv->cached_prefix_tokens(second), 32);
+    h.add(2, second, sampled(3));
+    h.add(3, prompt_of(6, 700), sampled(3));
+    // Never probed and longer than the budget left: request 2 waits for its probe (and
+    // request 3 behind it, first come first served).
+    const StepInput probing = step();
+    ASSERT_EQ(probing.seqs.size(), 1u);
+    EXPECT_EQ(probing.seqs[0].request_id, 4u);
+    EXPECT_EQ(h.scheduler.group(2)->seqs[0].prefix_hint_tokens, 32);
+    EXPECT_EQ(h.scheduler.group(3)->seqs[0].prefix_hint_tokens, 0);
+    if (stale) {
+      // Another user of the pool takes every free block, evicting the cached prefix.
+      const int free_blocks = remote.kv->num_free_device_blocks();
+      std::vector<int32_t> filler;
+      for (int i = 0; i < free_blocks * kBlockSize; ++i) filler.push_back(5000 + i);
+      remote.kv->allocate(1000, filler);
+      remote.kv->free(1000);
+      ASSERT_EQ(remote.kv->cached_prefix_tokens(second), 0);
+    }
+    const int free_before = remote.kv->num_free_device_blocks();
+    const StepInput hinted = step();
+    const int taken = free_before - remote.kv->num_free_device_blocks();
+    // Planned by hand: request 4 decodes 1 token (at most 1 new block), request 2 computes 8
+    // tokens after 32 hinted hits (at most 10 blocks), request 3 its 6 tokens (2 blocks):
+    // 1 + 8 + 6 = 15 of the 16 budgeted tokens. Without the hint request 2 alone would have
+    // been charged the 15 tokens left, and request 3 would have waited.
+    std::map<uint64_t, const ScheduledSequence*> by_request;
+    for (const ScheduledSequence& seq : hinted.seqs) by_request[seq.request_id] = &seq;
+    ASSERT_EQ(by_request.size(), 3u);
+    EXPECT_EQ(by_request[4]->new_token_ids.size(), 1u);
+    EXPECT_EQ(by_request[3]->new_token_ids, prompt_of(6, 700));
+    const ScheduledSequence& two = *by_request[2];
+    if (!stale) {
+      EXPECT_EQ(two.num_computed_tokens, 32);
+      EXPECT_EQ(two.new_token_ids, std::vector<int32_t>(second.begin() + 32, second.end()));
+      EXPECT_TRUE(two.sample);
+      EXPECT_EQ(two.block_table.size(), 10u);
+      // Cached free blocks count as free: the hits take 8 of the 10 planned for request 2.
+      EXPECT_GE(taken, 10 + 2);
+      EXPECT_LE(taken, 1 + 10 + 2);
+    } else {
+      // The cap is hint + compute = 40 and the allocator found no hits: it was handed
+      // [0, 0 + 8), the 8 tokens planned, in 2 blocks where 10 were planned.
+      EXPECT_EQ(two.num_computed_tokens, 0);
+      EXPECT_EQ(two.new_token_ids, std::vector<int32_t>(second.begin(), second.begin() + 8));
+      EXPECT_FALSE(two.sample);
+      EXPECT_EQ(two.block_table.size(), 2u);
+      EXPECT_LE(taken, 1 + 2 + 2) << "fewer blocks than the 1 + 10 + 2 planned";
+    }
+    for (int guard = 0; h.scheduler.has_unfinished(); ++guard) {
+      ASSERT_LT(guard, 200) << "no progress";
+      step();
+    }
+    remote.flush(h.scheduler);
+    EXPECT_EQ(remote.kv->num_free_device_blocks(), 32) << "leaked blocks";
+    EXPECT_EQ(remote.kv->block_manager()->check_invariants(), "");
+    ASSERT_EQ(h.finished.size(), 4u);
+    for (const auto& [id, u] : h.finished) EXPECT_TRUE(u.error.empty()) << id << ": " << u.error;
+    EXPECT_EQ(h.finished.at(2).num_cached_tokens, stale ? 0 : 32);
+  }
+}
+
+// Families of prompts sharing a prefix longer than a chunk, arriving while others run: each
+// placement's outputs (K/V reads checked by the fake executor) and prefix-hit tokens.
+Outputs run_shared_prefixes(KvMemoryPlacement placement, bool overlap, SchedulerStats* stats) {
+  SchedulerConfig config;
+  config.max_num_batched_tokens = 16;
+  config.max_num_seqs = 8;
+  config.max_model_len = 96;
+  config.kv_placement = placement;
+  Harness h(64, 0, config);
+  h.overlap = overlap;
+  std::optional<RemoteAllocator> remote;
+  if (placement == KvMemoryPlacement::kRemote) {
+    remote.emplace(cache::KvAllocatorKind::kPaged, Harness::block_config(64, 0, true));
+  }
+  auto schedule = [&] { return remote ? remote->schedule(h.scheduler) : h.scheduler.schedule(); };
+  auto step = [&] {
+    if (!h.scheduler.has_unfinished() && !h.executed) return;
+    if (!overlap) {
+      const StepInput input = schedule();
+      h.apply(input, h.executor.execute(input));
+      return;
+    }
+    if (!h.executed) {
+      StepInput input = schedule();
+      if (input.seqs.empty()) return h.apply(input, StepOutput{});
+      h.execute_ahead(std::move(input));
+    }
+    std::optional<StepInput> next;
+    if (h.scheduler.has_unfinished() && h.scheduler.can_schedule()) next = schedule();
+    auto [input, output] = std::move(*h.executed);
+    h.executed.reset();
+    h.apply(input, output);
+    if (next && next->seqs.empty()) {
+      h.apply(*next, StepOutput{});
+    } else if (next) {
+      h.execute_ahead(std::move(*next));
+    }
+  };
+  for (uint64_t id = 1; id <= 12; ++id) {
+    // Three 24-token prefixes (6 blocks, a chunk and a half), each with its own suffix.
+    std::vector<int32_t> prompt = prompt_of(24, 1000 * static_cast<int32_t>(id % 3 + 1));
+    for (int32_t t : prompt_of(4 + static_cast<int>(id % 5), 5000 + 100 * static_cast<int>(id))) {
+      prompt.push_back(t);
+    }
+    h.add(id, prompt, sampled(4 + static_cast<int>(id % 3)));
+    if (id % 2 == 0) {
+      for (int i = 0; i < 3; ++i) step();
+    }
+  }
+  for (int guard = 0; h.scheduler.has_unfinished() || h.executed; ++guard) {
+    if (guard >= 10000) {
+      ADD_FAILURE() << "no progress";
+      break;
+    }
+    step();
+  }
+  if (remote) remote->flush(h.scheduler);
+  const cache::KvAllocator& kv = remote ? *remote->kv : h.scheduler.kv_allocator();
+  EXPECT_EQ(kv.num_free_device_blocks(), kv.num_total_device_blocks()) << "leaked blocks";
+  EXPECT_EQ(kv.block_manager()->check_invariants(), "");
+  *stats = h.scheduler.stats();
+  Outputs outputs;
+  EXPECT_EQ(h.finished.size(), 12u);
+  for (const auto& [id, u] : h.finished) {
+    EXPECT_TRUE(u.error.empty()) << id << ": " << u.error;
+    for (const CompletedSequence& c : u.outputs) outputs[id].push_back(c.token_ids);
+  }
+  return outputs;
+}
+
+TEST(Scheduler, WithPrefixHintsMirroredAndRemoteHitAsMuchAsDirectAcrossChunks) {
+  for (bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlap" : "no overlap");
+    SchedulerStats direct_stats, mirrored_stats, remote_stats;
+    const Outputs direct = run_shared_prefixes(KvMemoryPlacement::kDirect, overlap, &direct_stats);
+    EXPECT_EQ(run_shared_prefixes(KvMemoryPlacement::kMirrored, overlap, &mirrored_stats), direct);
+    EXPECT_EQ(run_shared_prefixes(KvMemoryPlacement::kRemote, overlap, &remote_stats), direct);
+    std::printf("prefix hit tokens%s: direct %lld mirrored %lld remote %lld\n",
+                overlap ? " (overlap)" : "",
+                static_cast<long long>(direct_stats.prefix_cache_hit_tokens),
+                static_cast<long long>(mirrored_stats.prefix_cache_hit_tokens),
+                static_cast<long long>(remote_stats.prefix_cache_hit_tokens));
+    // Every prompt after the first of its family finds its whole 24-token prefix: 9 x 24.
+    // (Planning from token 0 without hints, the mirror got 56: hits only within a first chunk.)
+    EXPECT_EQ(direct_stats.prefix_cache_hit_tokens, 9 * 24);
+    EXPECT_GE(mirrored_stats.prefix_cache_hit_tokens, direct_stats.prefix_cache_hit_tokens);
+    EXPECT_GE(remote_stats.prefix_cache_hit_tokens, direct_stats.prefix_cache_hit_tokens);
   }
 }
 

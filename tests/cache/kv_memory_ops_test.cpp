@@ -136,6 +136,38 @@ TEST(KvMemoryApplier, AnAllocateComputesWhatTheCacheDoesNotServeWithinItsCap) {
   EXPECT_EQ(kv.block_manager()->check_invariants(), "");
 }
 
+// A probe answers with the hits at its place in the list (after the ops before it), touches
+// nothing, and needs no sequence; the answer comes back with the request it names.
+TEST(KvMemoryApplier, AProbeAnswersTheHitsAtItsPlaceInTheList) {
+  PagedKvAllocator kv(pool());
+  const std::vector<int32_t> prompt = iota(14, 1);
+  KvMemoryResult result = apply_kv_memory_ops(
+      kv, {KvMemoryOp::probe_prefix(7, 2, prompt), KvMemoryOp::allocate(1, prompt, 14, 16),
+           KvMemoryOp::probe_prefix(8, 3, prompt),
+           // 9 tokens: the last is recomputed, so two full blocks (8 tokens) are hits.
+           KvMemoryOp::probe_prefix(9, 4, iota(9, 1)), KvMemoryOp::free(1),
+           KvMemoryOp::probe_prefix(10, 5, concat(iota(4, 1), {60, 61, 62, 63, 64}))});
+  ASSERT_EQ(result.probes.size(), 4u);
+  EXPECT_EQ(result.probes[0].group, 7u);
+  EXPECT_EQ(result.probes[0].seq, 2u);
+  EXPECT_EQ(result.probes[0].num_cached_tokens, 0) << "before the allocation";
+  EXPECT_EQ(result.probes[1].num_cached_tokens, 12) << "the prompt's three full blocks";
+  EXPECT_EQ(result.probes[2].num_cached_tokens, 8);
+  // Freed blocks stay cached until evicted: the first block still hits.
+  EXPECT_EQ(result.probes[3].group, 10u);
+  EXPECT_EQ(result.probes[3].num_cached_tokens, 4);
+  for (SeqId seq : {2, 3, 4, 5}) EXPECT_FALSE(kv.has_sequence(seq));
+  ASSERT_EQ(result.seqs.size(), 0u) << "sequence 1 was freed; probes touch nothing";
+  // Without the cache, nothing is ever a hit.
+  BlockManagerConfig uncached = pool();
+  uncached.enable_prefix_caching = false;
+  PagedKvAllocator plain(uncached);
+  result = apply_kv_memory_ops(
+      plain, {KvMemoryOp::allocate(1, prompt, 14, 16), KvMemoryOp::probe_prefix(8, 3, prompt)});
+  ASSERT_EQ(result.probes.size(), 1u);
+  EXPECT_EQ(result.probes[0].num_cached_tokens, 0);
+}
+
 TEST(KvMemoryApplier, ARefusedOpIsALogicErrorNamingIt) {
   PagedKvAllocator paged(pool());
   try {
