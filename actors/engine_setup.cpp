@@ -167,11 +167,11 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
   shape.num_layers = mc.num_hidden_layers;
   shape.num_kv_heads = mc.num_key_value_heads;
   shape.head_dim = mc.head_dim;
-  shape.dtype_bytes = sizeof(float);
   shape.block_size = config.block_size;
-  if (cuda) shape.dtype_bytes = cache::kv_dtype_bytes(cuda_kv_dtype_name(config, mc));
   kernels::KvDtype cpu_kv_dtype = kernels::KvDtype::kFloat32;
-  if (!cuda) {
+  if (cuda) {
+    shape.dtype_bytes = cache::kv_dtype_bytes(cuda_kv_dtype_name(config, mc));
+  } else {
     cpu_kv_dtype = resolve_cpu_kv_dtype(config.kv_cache_dtype, mc.torch_dtype);
     config.kv_cache_dtype = kernels::kv_dtype_name(cpu_kv_dtype);
     shape.dtype_bytes = kernels::kv_dtype_size(cpu_kv_dtype);

@@ -96,6 +96,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, const cache::BlockManagerCon
     mirror_storage_ = cache::make_kv_allocator(config.kv_allocator, blocks);
     kv_ = mirror_storage_.get();
   }
+  if (!direct_) view_ = std::make_unique<cache::KvMemoryApplier>(*kv_, /*record=*/false);
   memory_ = cache::snapshot_of(*kv_);
 }
 
@@ -109,11 +110,12 @@ void Scheduler::emit(cache::KvMemoryOp op) {
   if (op.kind == cache::KvOpKind::kAllocate) {
     // The view has no cache: it takes blocks for every token up to the cap, the most the
     // allocator may (a prefix hint moved the cap past the tokens computed).
-    cache::KvMemoryOp upper_bound = op;
-    upper_bound.compute_tokens = op.end_cap;
-    cache::KvMemoryApplier(*kv_).apply(upper_bound);
+    const int compute_tokens = op.compute_tokens;
+    op.compute_tokens = op.end_cap;
+    view_->apply(op);
+    op.compute_tokens = compute_tokens;
   } else {
-    cache::KvMemoryApplier(*kv_).apply(op);
+    view_->apply(op);
   }
   ops_.push_back(std::move(op));
 }

@@ -300,6 +300,9 @@ class Scheduler {
   bool use_prefix_hints_ = false;
   // kDirect: applies ops to owned_ as they are emitted and collects the step's result.
   std::unique_ptr<cache::KvMemoryApplier> direct_;
+  // kMirrored/kRemote: carries each emitted op out on the planning view (*kv_), recording
+  // nothing (one applier for the scheduler's life, not one per op).
+  std::unique_ptr<cache::KvMemoryApplier> view_;
   cache::KvMemoryOps ops_;  // decided, not handed out yet (kMirrored, kRemote)
   cache::KvMemorySnapshot memory_;
   struct PlannedStep {

@@ -58,6 +58,9 @@ struct SchedulerActor::State {
   // allocator disagree (a bug), so no step can be planned safely again. Ends every live
   // request with an error instead of leaving its stream hanging; later requests are refused.
   void fail_everything(const std::string& reason);
+  // Queues the final delta of a request that ends outside any step (never scheduled, or
+  // failed with the engine); `error` empty for an abort.
+  void end_request(uint64_t request_id, const char* finish_reason, std::string error);
   void publish_stats();
   // Sends the collected deltas to the tokenizer; with wait_for_delivery, until they reached
   // the clients' streams (overlap off).
@@ -187,33 +190,27 @@ runtime::Task<void> SchedulerActor::State::flush_memory_ops() {
 void SchedulerActor::State::fail_everything(const std::string& reason) {
   std::fprintf(stderr, "pagedserve: scheduler actor: %s\n", reason.c_str());
   if (memory_failure.empty()) memory_failure = reason;
-  for (auto& [id, request] : live) {
-    runtime::OutputDelta delta;
-    delta.request_id = id;
-    delta.finished = true;
-    delta.finish_reason = "error";
-    delta.error = "engine failure: " + reason;
-    outbox.push_back(std::move(delta));
-  }
+  for (auto& [id, request] : live) end_request(id, "error", "engine failure: " + reason);
   live.clear();
+}
+
+void SchedulerActor::State::end_request(uint64_t request_id, const char* finish_reason,
+                                        std::string error) {
+  runtime::OutputDelta delta;
+  delta.request_id = request_id;
+  delta.finished = true;
+  delta.finish_reason = finish_reason;
+  delta.error = std::move(error);
+  outbox.push_back(std::move(delta));
 }
 
 void SchedulerActor::State::on_message(runtime::AddRequest& add) {
   if (!memory_failure.empty()) {
-    runtime::OutputDelta delta;
-    delta.request_id = add.request_id;
-    delta.finished = true;
-    delta.finish_reason = "error";
-    delta.error = "engine failure: " + memory_failure;
-    outbox.push_back(std::move(delta));
+    end_request(add.request_id, "error", "engine failure: " + memory_failure);
     return;
   }
   if (add.cancel.stop_requested()) {
-    runtime::OutputDelta delta;
-    delta.request_id = add.request_id;
-    delta.finished = true;
-    delta.finish_reason = "abort";
-    outbox.push_back(std::move(delta));
+    end_request(add.request_id, "abort", {});
     return;
   }
   NewRequest request;
@@ -228,12 +225,7 @@ void SchedulerActor::State::on_message(runtime::AddRequest& add) {
     scheduler.add(std::move(request));
   } catch (const std::exception& e) {  // a duplicate id: a bug, but the stream must end
     live.erase(id);
-    runtime::OutputDelta delta;
-    delta.request_id = id;
-    delta.finished = true;
-    delta.finish_reason = "error";
-    delta.error = e.what();
-    outbox.push_back(std::move(delta));
+    end_request(id, "error", e.what());
   }
 }
 

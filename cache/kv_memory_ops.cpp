@@ -137,12 +137,13 @@ KvMemorySnapshot snapshot_of(const KvAllocator& kv) {
 }
 
 void KvMemoryApplier::touch(SeqId seq) {
-  if (touched_set_.insert(seq).second) touched_.push_back(seq);
+  if (record_ && touched_set_.insert(seq).second) touched_.push_back(seq);
 }
 
 void KvMemoryApplier::apply(const KvMemoryOp& op) {
-  const auto append_copies = [](std::vector<BlockCopy>& to, const std::vector<BlockCopy>& from) {
-    to.insert(to.end(), from.begin(), from.end());
+  const auto append_copies = [this](std::vector<BlockCopy>& to,
+                                    const std::vector<BlockCopy>& from) {
+    if (record_) to.insert(to.end(), from.begin(), from.end());
   };
   // kFree is left to the allocator: a reserve-* sequence may be freed between reserve() and
   // allocate(), when has_sequence() is still false.
@@ -161,7 +162,9 @@ void KvMemoryApplier::apply(const KvMemoryOp& op) {
       return;
     case KvOpKind::kAllocate: {
       const int total = static_cast<int>(op.tokens.size());
-      const int hits = kv_.cached_prefix_tokens(op.tokens);
+      // Hits only matter when the compute budget ends before the cap (hashing is not free).
+      const int hits =
+          op.compute_tokens < std::min(total, op.end_cap) ? kv_.cached_prefix_tokens(op.tokens) : 0;
       const int end = std::min({total, hits + op.compute_tokens, op.end_cap});
       if (end <= 0) {
         throw std::logic_error("KvMemoryApplier: allocate of no tokens for sequence " +
@@ -169,7 +172,7 @@ void KvMemoryApplier::apply(const KvMemoryOp& op) {
       }
       const AllocationResult allocated =
           kv_.allocate(op.seq, std::span<const int32_t>(op.tokens).first(end));
-      result_.allocations.push_back({op.seq, allocated.num_cached_tokens, end});
+      if (record_) result_.allocations.push_back({op.seq, allocated.num_cached_tokens, end});
       touch(op.seq);
       return;
     }
@@ -203,7 +206,9 @@ void KvMemoryApplier::apply(const KvMemoryOp& op) {
       touch(op.seq);
       return;
     case KvOpKind::kProbePrefix:
-      result_.probes.push_back({op.group, op.seq, kv_.cached_prefix_tokens(op.tokens)});
+      if (record_) {
+        result_.probes.push_back({op.group, op.seq, kv_.cached_prefix_tokens(op.tokens)});
+      }
       return;
   }
 }

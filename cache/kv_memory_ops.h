@@ -121,7 +121,9 @@ struct KvMemoryResult {
 // disagreed with the allocator, which is a bug, not a condition to recover from.
 class KvMemoryApplier {
  public:
-  explicit KvMemoryApplier(KvAllocator& kv) : kv_(kv) {}
+  // `record` false: only carries the ops out (a planning view's own allocator), keeping no
+  // result, so applying an op allocates nothing beyond what the allocator does.
+  explicit KvMemoryApplier(KvAllocator& kv, bool record = true) : kv_(kv), record_(record) {}
 
   void apply(const KvMemoryOp& op);
   // The result so far, with the touched sequences' tables and the snapshot read now.
@@ -131,6 +133,7 @@ class KvMemoryApplier {
   void touch(SeqId seq);
 
   KvAllocator& kv_;
+  bool record_ = true;
   KvMemoryResult result_;
   std::vector<SeqId> touched_;  // in first-touch order
   std::unordered_set<SeqId> touched_set_;

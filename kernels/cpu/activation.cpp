@@ -62,9 +62,7 @@ void silu_and_mul_stacked(const float* gate_up, float* out, int num_rows, int ff
   // exp dominates: ~20 FLOP-equivalents per element is a fair cost estimate for the split.
   parallel_for(pool, num_rows, 20.0 * num_rows * ffn, [&](int64_t r) {
     const float* gate = gate_up + r * 2 * ffn;
-    const float* up = gate + ffn;
-    float* o = out + r * ffn;
-    for (int i = 0; i < ffn; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    silu_and_mul(gate, gate + ffn, out + r * ffn, ffn);
   });
 }
 

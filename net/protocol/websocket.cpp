@@ -67,6 +67,7 @@ std::string ws_token_frame(std::string_view id, int index, std::span<const int32
     ordered_json tops = ordered_json::array();
     for (const actors::TokenLogprobs& token : logprobs) {
       values.push_back(clamp_logprob(token.sampled.logprob));
+      if (!with_top) continue;
       ordered_json top = ordered_json::array();
       for (const actors::TokenLogprobInfo& candidate : token.top) {
         top.push_back({{"token_id", candidate.token_id},
