@@ -64,6 +64,11 @@ kernels::WeightDtype weight_dtype(DType dtype) {
 // Packs float32 matrices of equal width stacked by rows (e.g. q, k and v: one matmul).
 kernels::PackedWeight pack_stacked(std::initializer_list<const std::vector<float>*> parts,
                                    int cols) {
+  if (parts.size() == 1) {  // wo, w_down, the LM head: no temporary copy of the matrix
+    const std::vector<float>& only = **parts.begin();
+    const int rows = static_cast<int>(only.size() / static_cast<size_t>(cols));
+    return kernels::PackedWeight::pack(only.data(), kernels::WeightDtype::kF32, rows, cols);
+  }
   std::vector<float> stacked;
   for (const std::vector<float>* part : parts)
     stacked.insert(stacked.end(), part->begin(), part->end());
@@ -82,7 +87,7 @@ kernels::PackedWeight pack_stacked(std::initializer_list<const TensorView*> part
     same_dtype = same_dtype && part->dtype == first.dtype;
     rows += static_cast<int>(part->shape[0]);
   }
-  if (parts.size() == 1 && same_dtype) {
+  if (parts.size() == 1) {
     return kernels::PackedWeight::pack(first.data, weight_dtype(first.dtype), rows, cols);
   }
   if (!same_dtype) {

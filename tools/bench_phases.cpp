@@ -100,9 +100,8 @@ int run_bench_phases(const std::vector<std::string>& args) {
   const kernels::KvDtype kv_dtype =
       actors::resolve_cpu_kv_dtype(flags.get("kv-cache-dtype", "auto"), c.torch_dtype);
 
-  const double measured_bandwidth =
-      bandwidth_flag > 0 ? 0.0 : kernels::measure_read_bandwidth_gbps(&pool);
-  const double bandwidth = bandwidth_flag > 0 ? bandwidth_flag : measured_bandwidth;
+  const double bandwidth =
+      bandwidth_flag > 0 ? bandwidth_flag : kernels::measure_read_bandwidth_gbps(&pool);
   const double peak_gflops = kernels::measure_fma_peak_gflops(&pool);
 
   const int total_tokens = prompt_tokens + output_tokens;
@@ -137,8 +136,8 @@ int run_bench_phases(const std::vector<std::string>& args) {
 
   // Decode: B sequences, one token each per step, greedy.
   std::vector<int32_t> next(batch_size, argmax(logits.data(), c.vocab_size));
-  const double kv_bytes_per_token = 2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim *
-                                    kernels::kv_dtype_size(kv_dtype);  // K and V, every layer
+  // K and V of one token in every layer, at the cache's element size.
+  const double kv_bytes_per_token = static_cast<double>(cache.bytes_per_block()) / block_size;
   const double weight_bytes = static_cast<double>(model.weight_bytes_per_step());
   std::vector<double> step_s;
   std::vector<double> achieved_gbps;

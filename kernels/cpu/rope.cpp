@@ -10,15 +10,14 @@
 namespace pagedserve::kernels {
 namespace {
 
-// Rotates the pairs (i, i + half) for i in [i0, i0 + count) of every head in `x`
-// ([num_heads, head_dim]) by the angles whose cos and sin are given.
-void rotate_heads(float* x, int num_heads, int head_dim, int i0, int count, const float* cos_a,
-                  const float* sin_a) {
+// Rotates the pairs (i, i + half) of every head in `x` ([num_heads, head_dim]) by the angles
+// whose cos and sin are given.
+void rotate_heads(float* x, int num_heads, int head_dim, const float* cos_a, const float* sin_a) {
   const int half = head_dim / 2;
   for (int h = 0; h < num_heads; ++h) {
-    float* lo = x + static_cast<long>(h) * head_dim + i0;
+    float* lo = x + static_cast<long>(h) * head_dim;
     float* hi = lo + half;
-    for (int i = 0; i < count; ++i) {
+    for (int i = 0; i < half; ++i) {
       const float a = lo[i];
       const float b = hi[i];
       lo[i] = a * cos_a[i] - b * sin_a[i];
@@ -61,9 +60,8 @@ void rope_rotate_half_table(float* q, float* k, const float* cos_sin, int num_to
       pool, num_tokens, 6.0 * num_tokens * (num_heads + num_kv_heads) * half, [&](int64_t t) {
         const float* cos_a = cos_sin + t * head_dim;
         const float* sin_a = cos_a + half;
-        rotate_heads(q + t * num_heads * head_dim, num_heads, head_dim, 0, half, cos_a, sin_a);
-        rotate_heads(k + t * num_kv_heads * head_dim, num_kv_heads, head_dim, 0, half, cos_a,
-                     sin_a);
+        rotate_heads(q + t * num_heads * head_dim, num_heads, head_dim, cos_a, sin_a);
+        rotate_heads(k + t * num_kv_heads * head_dim, num_kv_heads, head_dim, cos_a, sin_a);
       });
 }
 

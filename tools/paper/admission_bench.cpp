@@ -9,15 +9,6 @@
 #include "tools/paper/sim_run.h"
 
 namespace pagedserve::paper {
-namespace {
-
-std::string fmt(const char* format, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), format, value);
-  return buffer;
-}
-
-}  // namespace
 
 void run_admission_bench(const AdmissionBenchOptions& options, std::ostream& out) {
   const actors::SimProfile profile = actors::load_sim_profile(options.profile);

@@ -18,15 +18,13 @@
 #include "tools/paper/sim_run.h"
 
 namespace pagedserve::paper {
-namespace {
-
 std::string fmt(const char* format, double value) {
   char buffer[64];
   std::snprintf(buffer, sizeof(buffer), format, value);
   return buffer;
 }
 
-}  // namespace
+namespace {}  // namespace
 
 Workload load_workload(const std::filesystem::path& path, int num, int max_model_len,
                        int prefix_tokens, unsigned seed) {

@@ -41,6 +41,9 @@ Workload load_workload(const std::filesystem::path& path, int num, int max_model
 std::vector<SimRequest> at_rate(std::vector<SimRequest> requests, double rate, unsigned seed);
 
 // Runs every experiment and writes the report. Throws on unreadable inputs.
+// printf-formats one number for a Markdown table cell.
+std::string fmt(const char* format, double value);
+
 void run_paper(const PaperOptions& options);
 
 }  // namespace pagedserve::paper
