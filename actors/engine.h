@@ -114,6 +114,18 @@ struct EngineOptions {
   std::chrono::milliseconds shutdown_timeout{10000};  // to end in-flight requests
 };
 
+// Where the served steps' time went, in seconds summed since the engine started: the
+// executor's stages on its thread, and the host work around them on the other actors' threads
+// (which overlaps the executor's when overlap scheduling is on).
+struct StageSeconds {
+  double schedule = 0;         // scheduler: planning, the KV memory-op round trip, step assembly
+  double copies = 0;           // executor: swap and copy-on-write block copies
+  double forward = 0;          // executor: the forward pass and its logits
+  double sampling = 0;         // executor: penalties, sampling and logprobs of every row
+  double process_outputs = 0;  // scheduler: applying a step's samples (stops, forks, beams)
+  double detokenize = 0;       // tokenizer: incremental detokenization, stop strings, delivery
+};
+
 struct EngineStats {
   int num_running_seqs = 0;
   int num_waiting_seqs = 0;
@@ -136,6 +148,7 @@ struct EngineStats {
   double executor_idle_s = 0;
   // Steps planned while the one before was still running (overlap scheduling).
   int64_t num_steps_planned_ahead = 0;
+  StageSeconds stage_s;
 };
 
 class Engine {

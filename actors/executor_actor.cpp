@@ -49,6 +49,10 @@ runtime::StepDone ExecutorActor::on_execute(runtime::ExecuteStep step) {
   last_step_end_ = end;
   stats_.add_step(std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count(),
                   idle_ns);
+  using Stage = runtime::StatsBoard::Stage;
+  stats_.add_stage(Stage::kCopies, done.output.times.copies_s);
+  stats_.add_stage(Stage::kForward, done.output.times.forward_s);
+  stats_.add_stage(Stage::kSampling, done.output.times.sampling_s);
   done.output.step_id = step.input.step_id;
   done.input = std::move(step.input);
   return done;

@@ -13,6 +13,7 @@
 #include "actors/scheduler_actor.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <future>
@@ -240,7 +241,10 @@ void SchedulerActor::State::on_message(runtime::StepDone& done) {
       scheduler.abort(seq.request_id);
     }
   }
+  const auto start = std::chrono::steady_clock::now();
   collect(scheduler.update(done.input, done.output));
+  stats.add_stage(runtime::StatsBoard::Stage::kProcessOutputs,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 void SchedulerActor::State::sweep_aborts() {
@@ -260,10 +264,14 @@ runtime::Task<void> SchedulerActor::State::launch_steps(bool continues_previous_
        ++attempt) {
     StepInput input;
     try {
+      const auto start = std::chrono::steady_clock::now();
       cache::KvMemoryOps ops = scheduler.plan_step();
       std::optional<cache::KvMemoryResult> result = co_await apply_memory_ops(std::move(ops));
       if (!result) co_return;  // shutting down (or a bug, reported): nothing more can run
       input = scheduler.finish_step(std::move(*result));
+      stats.add_stage(
+          runtime::StatsBoard::Stage::kSchedule,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       if (input.seqs.empty()) {
         StepOutput nothing;
         nothing.step_id = input.step_id;

@@ -62,9 +62,18 @@ struct SequenceStepOutput {
   std::vector<model::SampleLogprobs> reported_logprobs;
 };
 
+// Where an executor's step time went, in seconds (an executor that does not measure a stage
+// leaves it 0). Summed into EngineStats for /metrics and the engine log line.
+struct ExecutorStageTimes {
+  double copies_s = 0;    // swap-in/out and copy-on-write block copies
+  double forward_s = 0;   // the model's forward pass, logits included
+  double sampling_s = 0;  // penalties, sampling and logprobs of every row
+};
+
 struct StepOutput {
   uint64_t step_id = 0;
   std::vector<SequenceStepOutput> seqs;  // [StepInput::seqs.size()], in the same order
+  ExecutorStageTimes times;
 };
 
 }  // namespace pagedserve::actors

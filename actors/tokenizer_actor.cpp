@@ -2,6 +2,7 @@
 // and delivery to the client's stream on the way out.
 #include "actors/tokenizer_actor.h"
 
+#include <chrono>
 #include <exception>
 #include <utility>
 
@@ -12,13 +13,15 @@ TokenizerActor::TokenizerActor(std::shared_ptr<const model::Tokenizer> tokenizer
                                std::shared_ptr<runtime::RequestRegistry> registry,
                                runtime::Channel<runtime::EncodeRequest>& encode_inbox,
                                runtime::Channel<runtime::DecodeBatch>& decode_inbox,
-                               runtime::Channel<runtime::SchedulerMessage>& scheduler_inbox)
+                               runtime::Channel<runtime::SchedulerMessage>& scheduler_inbox,
+                               runtime::StatsBoard* stats)
     : tokenizer_(std::move(tokenizer)),
       limits_(limits),
       registry_(std::move(registry)),
       encode_inbox_(encode_inbox),
       decode_inbox_(decode_inbox),
-      scheduler_inbox_(scheduler_inbox) {}
+      scheduler_inbox_(scheduler_inbox),
+      stats_(stats) {}
 
 runtime::Task<void> TokenizerActor::encode_loop() {
   for (;;) {
@@ -32,7 +35,13 @@ runtime::Task<void> TokenizerActor::decode_loop() {
   for (;;) {
     auto [error, batch] = co_await decode_inbox_.async_receive(runtime::kAwaitTuple);
     if (error) break;
+    const auto start = std::chrono::steady_clock::now();
     on_decode(std::move(batch));
+    if (stats_ != nullptr) {
+      stats_->add_stage(
+          runtime::StatsBoard::Stage::kDetokenize,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
   }
 }
 

@@ -23,6 +23,7 @@
 #include "actors/runtime/channel.h"
 #include "actors/runtime/request_registry.h"
 #include "actors/runtime/scheduler_messages.h"
+#include "actors/runtime/stats_board.h"
 #include "actors/runtime/tokenizer_messages.h"
 #include "actors/sequence_text.h"
 #include "model/tokenizer/tokenizer.h"
@@ -40,7 +41,8 @@ class TokenizerActor {
                  std::shared_ptr<runtime::RequestRegistry> registry,
                  runtime::Channel<runtime::EncodeRequest>& encode_inbox,
                  runtime::Channel<runtime::DecodeBatch>& decode_inbox,
-                 runtime::Channel<runtime::SchedulerMessage>& scheduler_inbox);
+                 runtime::Channel<runtime::SchedulerMessage>& scheduler_inbox,
+                 runtime::StatsBoard* stats = nullptr);
 
   // The two run loops; spawn both on the tokenizer thread. Each ends when its inbox closes.
   runtime::Task<void> encode_loop();
@@ -74,6 +76,7 @@ class TokenizerActor {
   runtime::Channel<runtime::EncodeRequest>& encode_inbox_;
   runtime::Channel<runtime::DecodeBatch>& decode_inbox_;
   runtime::Channel<runtime::SchedulerMessage>& scheduler_inbox_;
+  runtime::StatsBoard* stats_;  // detokenization time; may be null
   std::unordered_map<uint64_t, LiveRequest> live_;
 };
 

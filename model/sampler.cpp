@@ -1,10 +1,24 @@
 // Sampler: greedy, temperature, top-k, top-p and min-p over one logits row.
+//
+// The definition is the sorted one (see sampler.h): sort the row by scaled logit, cut it with
+// top-k, top-p and min-p, walk the cumulative distribution. Sorting a 32k-128k row costs
+// milliseconds, so the row is instead bucketed by its distance below the maximum in one
+// vectorised pass (kernels/cpu/sampling_rows.h), each bucket knowing its count and mass. The
+// walks over the sorted order then step over whole buckets and sort only the one or two
+// buckets where a cut or the draw lands: the same tokens as the full sort, for a few passes
+// over the row. Probabilities of the elements walked one by one use std::exp exactly as the
+// sorted definition does; bucket masses differ from the element-by-element sums only in
+// rounding (~1e-16), so a draw can differ only when it lands that close to a boundary.
 #include "model/sampler.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
+
+#include "kernels/cpu/sampling_rows.h"
 
 namespace pagedserve::model {
 namespace {
@@ -16,144 +30,24 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-int32_t argmax(std::span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
-// log(sum(exp(logits))), shifted by the max for stability.
-double log_sum_exp(std::span<const float> logits) {
-  const double max_logit = *std::max_element(logits.begin(), logits.end());
-  double total = 0.0;
-  for (float l : logits) total += std::exp(static_cast<double>(l) - max_logit);
-  return max_logit + std::log(total);
-}
-
 struct Candidate {
-  float logit;
+  float logit;  // scaled by the temperature
   int32_t id;
 };
 
-}  // namespace
-
-std::string SamplingParams::validate() const {
-  auto bad = [](const std::string& what) { return what; };
-  if (!(temperature >= 0.0f) || !std::isfinite(temperature))
-    return bad("temperature must be a finite number >= 0, got " + std::to_string(temperature));
-  if (!(top_p > 0.0f && top_p <= 1.0f))
-    return bad("top_p must be in (0, 1], got " + std::to_string(top_p));
-  if (top_k < -1)
-    return bad("top_k must be -1 (off), 0 (off) or positive, got " + std::to_string(top_k));
-  if (!(min_p >= 0.0f && min_p <= 1.0f))
-    return bad("min_p must be in [0, 1], got " + std::to_string(min_p));
-  if (max_tokens < 1)
-    return bad("max_tokens must be at least 1, got " + std::to_string(max_tokens));
-  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f))
-    return bad("presence_penalty must be in [-2, 2], got " + std::to_string(presence_penalty));
-  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
-    return bad("frequency_penalty must be in [-2, 2], got " + std::to_string(frequency_penalty));
-  if (!(repetition_penalty > 0.0f && repetition_penalty <= 2.0f))
-    return bad("repetition_penalty must be in (0, 2], got " + std::to_string(repetition_penalty));
-  if (min_tokens < 0) return bad("min_tokens must be >= 0, got " + std::to_string(min_tokens));
-  if (min_tokens > max_tokens)
-    return bad("min_tokens (" + std::to_string(min_tokens) + ") must not exceed max_tokens (" +
-               std::to_string(max_tokens) + ")");
-  for (const std::string& s : stop) {
-    if (s.empty()) return bad("stop strings must not be empty");
-  }
-  if (logprobs && (*logprobs < 0 || *logprobs > kMaxLogprobs)) {
-    return bad("logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "], got " +
-               std::to_string(*logprobs));
-  }
-  // Beams are reshuffled every step, so per-token logprobs would have to follow each beam's
-  // history inside the scheduler; refused rather than reported wrong.
-  if (logprobs && use_beam_search) return bad("logprobs is not supported with use_beam_search");
-  return validate_sequences();
-}
-
-// The fields that shape a request's group of sequences (n, best_of, beam search), checked as
-// vLLM v0 checks them.
-std::string SamplingParams::validate_sequences() const {
-  constexpr int kMaxSequences = 128;  // one request must not monopolise the batch
-  if (n < 1 || n > kMaxSequences) {
-    return "n must be in [1, " + std::to_string(kMaxSequences) + "], got " + std::to_string(n);
-  }
-  if (best_of && (*best_of < n || *best_of > kMaxSequences)) {
-    return "best_of must be in [n, " + std::to_string(kMaxSequences) +
-           "] (n = " + std::to_string(n) + "), got " + std::to_string(*best_of);
-  }
-  if (!std::isfinite(length_penalty)) {
-    return "length_penalty must be a finite number, got " + std::to_string(length_penalty);
-  }
-  if (!use_beam_search) {
-    if (num_sequences() > 1 && is_greedy()) {
-      return "best_of (or n) must be 1 with greedy sampling (temperature 0 or top_k 1), got " +
-             std::to_string(num_sequences());
-    }
-    return {};
-  }
-  if (num_sequences() < 2) return "use_beam_search needs best_of (or n) of at least 2";
-  if (temperature > 1e-5f) {
-    return "temperature must be 0 with use_beam_search, got " + std::to_string(temperature);
-  }
-  if (top_p < 1.0f) return "top_p must be 1 with use_beam_search, got " + std::to_string(top_p);
-  if (top_k > 0) return "top_k must be 0 or -1 with use_beam_search, got " + std::to_string(top_k);
-  if (min_p > 0.0f) return "min_p must be 0 with use_beam_search, got " + std::to_string(min_p);
-  // Simplification: beams are reshuffled every step, so a stop string would have to be checked
-  // on every candidate's text inside the scheduler; vLLM v0 does that, pagedserve refuses it.
-  if (!stop.empty()) return "stop strings are not supported with use_beam_search";
-  return {};
-}
-
-void apply_penalties(std::span<float> logits, const SamplingParams& params,
-                     std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids) {
-  const int32_t vocab = static_cast<int32_t>(logits.size());
-  auto in_vocab = [vocab](int32_t id) { return id >= 0 && id < vocab; };
-  if (params.repetition_penalty != 1.0f) {
-    std::vector<bool> seen(logits.size(), false);
-    for (int32_t id : prompt_ids)
-      if (in_vocab(id)) seen[id] = true;
-    for (int32_t id : output_ids)
-      if (in_vocab(id)) seen[id] = true;
-    for (int32_t id = 0; id < vocab; ++id) {
-      if (!seen[id]) continue;
-      logits[id] = logits[id] > 0 ? logits[id] / params.repetition_penalty
-                                  : logits[id] * params.repetition_penalty;
-    }
-  }
-  if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
-    std::vector<int> counts(logits.size(), 0);
-    for (int32_t id : output_ids)
-      if (in_vocab(id)) ++counts[id];
-    for (int32_t id = 0; id < vocab; ++id) {
-      if (counts[id] == 0) continue;
-      logits[id] -=
-          params.frequency_penalty * static_cast<float>(counts[id]) + params.presence_penalty;
-    }
-  }
-}
-
-double uniform_from_counter(uint64_t seed, uint64_t step) {
-  const uint64_t bits = splitmix64(seed ^ splitmix64(step + 0x632be59bd9b4e019ULL));
-  return static_cast<double>(bits >> 11) * 0x1.0p-53;
-}
-
-int32_t sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
-                     uint64_t step) {
-  if (params.is_greedy()) return argmax(logits);
-
-  const int vocab = static_cast<int>(logits.size());
-  std::vector<Candidate> candidates(vocab);
-  for (int i = 0; i < vocab; ++i) candidates[i] = {logits[i] / params.temperature, i};
-  auto by_logit_desc = [](const Candidate& a, const Candidate& b) {
+// A function object, so that std::sort inlines it (a function pointer costs a third of the
+// time of sorting an opened bucket).
+struct ByLogitDesc {
+  bool operator()(const Candidate& a, const Candidate& b) const {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-  };
+  }
+};
+constexpr ByLogitDesc by_logit_desc;
 
-  // Top-k keeps the k largest; the survivors are sorted so top-p can walk them in order.
-  size_t keep = candidates.size();
-  if (params.top_k > 0 && params.top_k < vocab) keep = static_cast<size_t>(params.top_k);
-  std::partial_sort(candidates.begin(), candidates.begin() + keep, candidates.end(), by_logit_desc);
-  candidates.resize(keep);
-
+// The sorted definition on candidates already sorted by by_logit_desc (all of them kept by
+// top-k): softmax, top-p, min-p, renormalise, inverse CDF at u.
+int32_t sample_sorted(std::span<const Candidate> candidates, const SamplingParams& params,
+                      double u) {
   std::vector<double> probs(candidates.size());
   const double max_logit = candidates.front().logit;
   double total = 0.0;
@@ -182,7 +76,7 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& params
   }
 
   const double mass = std::accumulate(probs.begin(), probs.end(), 0.0);
-  const double target = uniform_from_counter(seed, step) * mass;
+  const double target = u * mass;
   double cumulative = 0.0;
   for (size_t i = 0; i < probs.size(); ++i) {
     cumulative += probs[i];
@@ -191,29 +85,316 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& params
   return candidates[probs.size() - 1].id;
 }
 
-float token_logprob(std::span<const float> logits, int32_t token) {
-  return static_cast<float>(static_cast<double>(logits[static_cast<size_t>(token)]) -
-                            log_sum_exp(logits));
+// ---- the bucketed row ----
+
+constexpr int kNumBuckets = 256;
+// Scaled logits further than this below the maximum (e^-48 ~ 1e-21 of its probability) share
+// the last bucket; a narrower row spreads its whole range over the buckets.
+constexpr float kMaxBucketedGap = 48.0f;
+// Bucket masses are summed in another order than the element-by-element walk; a cut or a draw
+// within this of a bucket's edge opens the bucket instead of stepping over it.
+constexpr double kSlack = 1e-9;
+
+// Per-thread buffers: rows are sampled on the thread pool, one row at a time per thread.
+struct RowScratch {
+  std::vector<uint8_t> bucket;
+  std::vector<int32_t> ids;
+  std::vector<Candidate> candidates;
+  std::array<std::vector<Candidate>, kNumBuckets> sorted;  // the opened buckets
+  std::array<bool, kNumBuckets> opened{};
+};
+
+RowScratch& row_scratch() {
+  thread_local RowScratch scratch;
+  return scratch;
 }
 
-namespace {
+float buckets_per_unit(kernels::RowRange range, float temperature) {
+  const float spread = std::min((range.max - range.min) / temperature, kMaxBucketedGap);
+  return static_cast<float>(kNumBuckets - 1) / std::max(spread, 1e-3f);
+}
+
+// One row's histogram at a temperature, and the sorted contents of the buckets opened so far.
+class BucketedRow {
+ public:
+  BucketedRow(std::span<const float> logits, float temperature, kernels::RowRange range,
+              bool with_mass)
+      : logits_(logits),
+        temperature_(temperature),
+        max_scaled_(range.max / temperature),
+        per_unit_(buckets_per_unit(range, temperature)),
+        scratch_(row_scratch()) {
+    scratch_.bucket.resize(logits.size());
+    scratch_.opened.fill(false);
+    kernels::ExpHistogramParams p;
+    p.logits = logits.data();
+    p.n = static_cast<int64_t>(logits.size());
+    p.temperature = temperature;
+    p.max_scaled = max_scaled_;
+    p.buckets_per_unit = per_unit_;
+    p.num_buckets = kNumBuckets;
+    p.bucket = scratch_.bucket.data();
+    p.bucket_count = count_.data();
+    p.bucket_mass = with_mass ? mass_.data() : nullptr;
+    total_ = kernels::exp_histogram(p);
+  }
+
+  float max_scaled() const { return max_scaled_; }
+  double total() const { return total_; }  // sum of exp(scaled - max_scaled)
+  int32_t count(int b) const { return count_[b]; }
+  double prob(int b) const { return mass_[b] / total_; }  // the bucket's share
+  double prob(const Candidate& c) const {
+    return std::exp(static_cast<double>(c.logit) - static_cast<double>(max_scaled_)) / total_;
+  }
+  // Every element of bucket b is at least this fraction of the maximum's probability (the
+  // 1e-5 covers the float rounding of the gap); nothing is promised for the last bucket.
+  double min_ratio(int b) const {
+    if (b == kNumBuckets - 1) return 0.0;
+    return std::exp(-static_cast<double>(b + 1) / per_unit_) * (1.0 - 1e-5);
+  }
+
+  // Every candidate in buckets [lo, hi], unsorted, in scratch().candidates.
+  std::vector<Candidate>& gather(int lo, int hi) {
+    scratch_.ids.resize(logits_.size());
+    const int64_t n = kernels::collect_buckets(
+        scratch_.bucket.data(), static_cast<int64_t>(logits_.size()), lo, hi, scratch_.ids.data());
+    std::vector<Candidate>& out = scratch_.candidates;
+    out.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t id = scratch_.ids[static_cast<size_t>(i)];
+      out[static_cast<size_t>(i)] = {logits_[static_cast<size_t>(id)] / temperature_, id};
+    }
+    return out;
+  }
+
+  // Bucket b's candidates in the sorted order (sorted once per row).
+  const std::vector<Candidate>& open(int b) {
+    if (!scratch_.opened[b]) {
+      std::vector<Candidate>& sorted = scratch_.sorted[b];
+      sorted = gather(b, b);
+      std::sort(sorted.begin(), sorted.end(), by_logit_desc);
+      scratch_.opened[b] = true;
+    }
+    return scratch_.sorted[b];
+  }
+
+ private:
+  std::span<const float> logits_;
+  float temperature_;
+  float max_scaled_;
+  float per_unit_;
+  RowScratch& scratch_;
+  std::array<int32_t, kNumBuckets> count_{};
+  std::array<double, kNumBuckets> mass_{};
+  double total_ = 0.0;
+};
+
+// Where top-p and min-p cut the sorted row: everything in the buckets before `bucket` and the
+// first `in_bucket` of that bucket's sorted candidates (bucket == kNumBuckets: nothing cut).
+struct Cut {
+  int bucket = kNumBuckets;
+  size_t in_bucket = 0;
+  double mass = 0.0;  // the kept probability
+};
+
+Cut find_cut(BucketedRow& row, const SamplingParams& params) {
+  const bool top_p = params.top_p < 1.0f;
+  const bool min_p = params.min_p > 0.0f;
+  // The sorted definition's threshold: min_p times the top probability, exp(0) / total.
+  const double min_p_threshold = params.min_p * (1.0 / row.total());
+  double cumulative = 0.0;
+  for (int b = 0; b < kNumBuckets; ++b) {
+    if (row.count(b) == 0) continue;
+    const bool whole_for_top_p = !top_p || cumulative + row.prob(b) < params.top_p - kSlack;
+    const bool whole_for_min_p = !min_p || row.min_ratio(b) > params.min_p;
+    if (whole_for_top_p && whole_for_min_p) {
+      cumulative += row.prob(b);
+      continue;
+    }
+    const std::vector<Candidate>& sorted = row.open(b);
+    for (size_t j = 0; j < sorted.size(); ++j) {
+      const double p = row.prob(sorted[j]);
+      if (min_p && !(p >= min_p_threshold)) return {b, j, cumulative};
+      cumulative += p;
+      if (top_p && cumulative >= params.top_p) return {b, j + 1, cumulative};
+    }
+  }
+  return {kNumBuckets, 0, cumulative};
+}
+
+// The last token the cut keeps (the sorted definition's answer when rounding leaves a draw
+// past the kept mass).
+int32_t last_kept(BucketedRow& row, const Cut& cut) {
+  if (cut.bucket < kNumBuckets && cut.in_bucket > 0)
+    return row.open(cut.bucket)[cut.in_bucket - 1].id;
+  for (int b = std::min(cut.bucket, kNumBuckets) - 1; b >= 0; --b) {
+    if (row.count(b) > 0) return row.open(b).back().id;
+  }
+  for (int b = 0; b < kNumBuckets; ++b) {  // an empty cut keeps the top token, as max(n, 1)
+    if (row.count(b) > 0) return row.open(b).front().id;
+  }
+  return 0;
+}
+
+int32_t walk_to(BucketedRow& row, const Cut& cut, double target) {
+  double cumulative = 0.0;
+  for (int b = 0; b <= std::min(cut.bucket, kNumBuckets - 1); ++b) {
+    if (row.count(b) == 0) continue;
+    const bool cut_here = b == cut.bucket;
+    if (!cut_here && cumulative + row.prob(b) < target - kSlack) {
+      cumulative += row.prob(b);
+      continue;
+    }
+    const std::vector<Candidate>& sorted = row.open(b);
+    const size_t end = cut_here ? cut.in_bucket : sorted.size();
+    for (size_t j = 0; j < end; ++j) {
+      cumulative += row.prob(sorted[j]);
+      if (target < cumulative) return sorted[j].id;
+    }
+  }
+  return last_kept(row, cut);
+}
+
+// Top-k: the k best found from bucket counts alone (gather the buckets that hold them, sort
+// just those), then the sorted definition on them; bit-identical to a full sort.
+int32_t sample_top_k(std::span<const float> logits, const SamplingParams& params,
+                     kernels::RowRange range, double u) {
+  BucketedRow row(logits, params.temperature, range, /*with_mass=*/false);
+  const size_t k = static_cast<size_t>(params.top_k);
+  int last = 0;
+  for (size_t seen = 0; last < kNumBuckets - 1; ++last) {
+    seen += static_cast<size_t>(row.count(last));
+    if (seen >= k) break;
+  }
+  std::vector<Candidate>& candidates = row.gather(0, last);
+  std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(k),
+                    candidates.end(), by_logit_desc);
+  return sample_sorted(std::span(candidates).first(k), params, u);
+}
+
+struct Draw {
+  int32_t token = 0;
+  double log_sum_exp = std::numeric_limits<double>::quiet_NaN();  // of the raw row, if known
+};
+
+Draw draw(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
+          uint64_t step) {
+  const int64_t vocab = static_cast<int64_t>(logits.size());
+  if (params.is_greedy()) return {static_cast<int32_t>(kernels::row_argmax(logits.data(), vocab))};
+  const kernels::RowRange range = kernels::row_min_max(logits.data(), vocab);
+  // No finite maximum (every token banned, or an infinite or NaN row): no distribution to
+  // sample; the first maximum, as greedy.
+  if (!std::isfinite(range.max / params.temperature)) {
+    return {static_cast<int32_t>(kernels::row_argmax(logits.data(), vocab))};
+  }
+  const double u = uniform_from_counter(seed, step);
+  if (params.top_k > 0 && params.top_k < vocab) return {sample_top_k(logits, params, range, u)};
+
+  BucketedRow row(logits, params.temperature, range, /*with_mass=*/true);
+  const Cut cut = find_cut(row, params);
+  Draw out{walk_to(row, cut, u * cut.mass)};
+  // At temperature 1 the histogram's total is the raw row's partition function.
+  if (params.temperature == 1.0f) out.log_sum_exp = range.max + std::log(row.total());
+  return out;
+}
+
+double log_sum_exp(std::span<const float> logits) {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  const double max_logit = kernels::row_min_max(logits.data(), n).max;
+  return max_logit + std::log(kernels::row_sum_exp(logits.data(), n, max_logit));
+}
+
+// The k most likely tokens, best first (ties: the lower id first), by one pass that keeps
+// the best k seen in a heap whose top is the worst of them.
+std::vector<int32_t> top_ids(std::span<const float> logits, int k) {
+  auto better = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  std::vector<int32_t> heap;
+  heap.reserve(static_cast<size_t>(k));
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  for (int32_t id = 0; id < vocab && k > 0; ++id) {
+    if (heap.size() < static_cast<size_t>(k)) {
+      heap.push_back(id);
+      std::push_heap(heap.begin(), heap.end(), better);
+    } else if (better(id, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), better);
+      heap.back() = id;
+      std::push_heap(heap.begin(), heap.end(), better);
+    }
+  }
+  std::sort_heap(heap.begin(), heap.end(), better);
+  return heap;
+}
 
 std::vector<TokenLogprob> top_logprobs_with(std::span<const float> logits, int k, double lse) {
-  const int vocab = static_cast<int>(logits.size());
-  k = std::clamp(k, 0, vocab);
-  std::vector<int32_t> ids(static_cast<size_t>(vocab));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
-  std::vector<TokenLogprob> out(static_cast<size_t>(k));
-  for (int i = 0; i < k; ++i) {
+  const std::vector<int32_t> ids =
+      top_ids(logits, std::clamp(k, 0, static_cast<int>(logits.size())));
+  std::vector<TokenLogprob> out(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
     out[i] = {ids[i], static_cast<float>(static_cast<double>(logits[ids[i]]) - lse)};
   }
   return out;
 }
 
 }  // namespace
+
+void apply_penalties(std::span<float> logits, const SamplingParams& params,
+                     std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids) {
+  // Sparse: only the tokens the sequence has seen are touched, each once.
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  auto in_vocab = [vocab](int32_t id) { return id >= 0 && id < vocab; };
+  std::vector<int32_t> ids;
+  if (params.repetition_penalty != 1.0f) {
+    ids.reserve(prompt_ids.size() + output_ids.size());
+    for (std::span<const int32_t> part : {prompt_ids, output_ids}) {
+      for (int32_t id : part)
+        if (in_vocab(id)) ids.push_back(id);
+    }
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    for (int32_t id : ids) {
+      logits[id] = logits[id] > 0 ? logits[id] / params.repetition_penalty
+                                  : logits[id] * params.repetition_penalty;
+    }
+  }
+  if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
+    ids.clear();
+    for (int32_t id : output_ids)
+      if (in_vocab(id)) ids.push_back(id);
+    std::sort(ids.begin(), ids.end());
+    for (size_t i = 0; i < ids.size();) {
+      size_t j = i;
+      while (j < ids.size() && ids[j] == ids[i]) ++j;
+      logits[ids[i]] -=
+          params.frequency_penalty * static_cast<float>(j - i) + params.presence_penalty;
+      i = j;
+    }
+  }
+}
+
+double uniform_from_counter(uint64_t seed, uint64_t step) {
+  const uint64_t bits = splitmix64(seed ^ splitmix64(step + 0x632be59bd9b4e019ULL));
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+int32_t sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
+                     uint64_t step) {
+  return draw(logits, params, seed, step).token;
+}
+
+TokenLogprob sample_token_logprob(std::span<const float> logits, const SamplingParams& params,
+                                  uint64_t seed, uint64_t step) {
+  const Draw d = draw(logits, params, seed, step);
+  const double lse = std::isnan(d.log_sum_exp) ? log_sum_exp(logits) : d.log_sum_exp;
+  return {d.token,
+          static_cast<float>(static_cast<double>(logits[static_cast<size_t>(d.token)]) - lse)};
+}
+
+float token_logprob(std::span<const float> logits, int32_t token) {
+  return static_cast<float>(static_cast<double>(logits[static_cast<size_t>(token)]) -
+                            log_sum_exp(logits));
+}
 
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k) {
   return top_logprobs_with(logits, k, log_sum_exp(logits));

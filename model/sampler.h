@@ -12,8 +12,8 @@
 namespace pagedserve::model {
 
 // Applies presence, frequency and repetition penalties (see SamplingParams) to `logits` in
-// place. prompt_ids matter only to the repetition penalty; output_ids are the tokens this
-// sequence generated so far.
+// place, touching only the tokens seen (O(prompt + output), not O(vocabulary)). prompt_ids matter
+// only to the repetition penalty; output_ids are the tokens this sequence generated so far.
 void apply_penalties(std::span<float> logits, const SamplingParams& params,
                      std::span<const int32_t> prompt_ids, std::span<const int32_t> output_ids);
 
@@ -21,9 +21,12 @@ void apply_penalties(std::span<float> logits, const SamplingParams& params,
 double uniform_from_counter(uint64_t seed, uint64_t step);
 
 // Greedy picks the argmax (the lowest id among ties). Otherwise the logits are divided by the
-// temperature, filtered by top-k, top-p and min-p (each relative to the softmax of what
-// remains, applied in that order as vLLM does), renormalised, and sampled by inverse CDF with
-// uniform_from_counter(seed, step).
+// temperature, sorted (highest first, ties by lower id), filtered by top-k, top-p and min-p
+// (each relative to the softmax of what remains, applied in that order as vLLM does),
+// renormalised, and sampled by inverse CDF with uniform_from_counter(seed, step).
+// That is the definition; the implementation never sorts the row (sampler.cpp): O(vocabulary)
+// in a few vectorised passes. A row with no finite maximum is sampled as greedy. Thread-safe
+// (per-thread scratch buffers), so rows may be sampled in parallel.
 int32_t sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
                      uint64_t step);
 
@@ -39,6 +42,9 @@ struct TokenLogprob {
 };
 
 float token_logprob(std::span<const float> logits, int32_t token);
+// sample_token's token with its token_logprob, sharing the row's passes where they can.
+TokenLogprob sample_token_logprob(std::span<const float> logits, const SamplingParams& params,
+                                  uint64_t seed, uint64_t step);
 // The k most likely tokens, best first (ties: the lower id first); k is clamped to the vocab.
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k);
 

@@ -13,11 +13,13 @@
 #include <random>
 
 #include "actors/engine_setup.h"
+#include "actors/sample_rows.h"
 #include "kernels/cpu/machine_probe.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/llama_model.h"
 #include "model/loader/llama_weights.h"
 #include "tools/cli_flags.h"
+#include "tools/engine_flags.h"
 #include "tools/subcommands.h"
 
 namespace pagedserve::tools {
@@ -35,6 +37,9 @@ const char* const kPhasesHelp =
     "  --repeat R          prefill repetitions, the median is reported (default 3)\n"
     "  --seed S            seed of the prompt tokens (default 0)\n"
     "  --json              one JSON object instead of the table\n"
+    "Decode steps sample every row as the CPU executor does (on the pool), timed with the\n"
+    "forward pass; decode_sampling_ms is that part. Sampling (default greedy):\n";
+const char* const kPhasesNote =
     "The prompt is prefilled once, as one sequence; the other B - 1 sequences get copies of its\n"
     "KV blocks (values do not change speed), so large batches do not wait on B prefills.\n";
 
@@ -72,12 +77,13 @@ double prefill_flops(const model::ModelConfig& c, int tokens) {
 }  // namespace
 
 int run_bench_phases(const std::vector<std::string>& args) {
-  const CliFlags flags(args,
-                       {"model", "batch", "prompt-tokens", "output-tokens", "threads", "bandwidth",
-                        "block-size", "repeat", "seed", "kv-cache-dtype"},
-                       {"json", "help"});
+  std::set<std::string> value_flags = {"model",   "batch",         "prompt-tokens", "output-tokens",
+                                       "threads", "bandwidth",     "block-size",    "repeat",
+                                       "seed",    "kv-cache-dtype"};
+  value_flags.insert(kBenchSamplingFlags.begin(), kBenchSamplingFlags.end());
+  const CliFlags flags(args, value_flags, {"json", "help"});
   if (flags.has("help")) {
-    std::cout << kPhasesHelp;
+    std::cout << kPhasesHelp << kBenchSamplingHelp << kPhasesNote;
     return 0;
   }
   const std::string model_dir = flags.require("model");
@@ -90,6 +96,8 @@ int run_bench_phases(const std::vector<std::string>& args) {
   const double bandwidth_flag = flags.get_double("bandwidth", 0.0);
   if (bandwidth_flag < 0) throw UsageError("--bandwidth must be positive, got a negative value");
   std::mt19937 rng(static_cast<uint32_t>(flags.get_int("seed", 0, 0, UINT32_MAX)));
+  const auto sampling =
+      std::make_shared<const model::SamplingParams>(bench_sampling_from_flags(flags));
 
   kernels::ThreadPool pool(threads);
   const auto load_start = Clock::now();
@@ -134,8 +142,17 @@ int run_bench_phases(const std::vector<std::string>& args) {
     for (int b = 0; b < prompt_blocks; ++b) cache.copy_block(tables[0][b], tables[s][b]);
   }
 
-  // Decode: B sequences, one token each per step, greedy.
+  // Decode: B sequences, one token each per step, each row sampled as the executor samples it.
   std::vector<int32_t> next(batch_size, argmax(logits.data(), c.vocab_size));
+  std::vector<actors::ScheduledSequence> rows(batch_size);
+  for (int s = 0; s < batch_size; ++s) {
+    rows[s].seq_id = static_cast<uint64_t>(s);
+    rows[s].sample = true;
+    rows[s].sampling = sampling;
+    rows[s].sample_seeds = {static_cast<uint64_t>(s)};
+  }
+  std::vector<actors::SequenceStepOutput> sampled(batch_size);
+  std::vector<double> sampling_s;
   // K and V of one token in every layer, at the cache's element size.
   const double kv_bytes_per_token = static_cast<double>(cache.bytes_per_block()) / block_size;
   const double weight_bytes = static_cast<double>(model.weight_bytes_per_step());
@@ -150,10 +167,12 @@ int run_bench_phases(const std::vector<std::string>& args) {
     }
     const auto start = Clock::now();
     logits = model.forward(batch, cache);
+    const auto sampling_start = Clock::now();
+    for (actors::ScheduledSequence& row : rows) row.sample_step = static_cast<uint64_t>(step);
+    actors::sample_step_rows(rows, logits, static_cast<size_t>(c.vocab_size), &pool, sampled);
     const double seconds = seconds_since(start);
-    for (int s = 0; s < batch_size; ++s) {
-      next[s] = argmax(logits.data() + static_cast<size_t>(s) * c.vocab_size, c.vocab_size);
-    }
+    sampling_s.push_back(seconds_since(sampling_start));
+    for (int s = 0; s < batch_size; ++s) next[s] = sampled[s].samples.at(0).token_id;
     const double bytes = weight_bytes + batch_size * (kv_bytes_per_token * (position + 1) +
                                                       c.hidden_size * sizeof(float));
     if (step == output_tokens / 2) bytes_at_median_context = bytes;
@@ -182,6 +201,12 @@ int run_bench_phases(const std::vector<std::string>& args) {
       {"decode_tokens_per_s", batch_size / step_median_s},
       {"decode_step_ms", step_median_s * 1e3},
       {"decode_step_ms_min", *std::min_element(step_s.begin(), step_s.end()) * 1e3},
+      {"decode_sampling_ms", median(sampling_s) * 1e3},
+      {"sampling_fraction", median(sampling_s) / step_median_s},
+      {"temperature", sampling->temperature},
+      {"top_p", sampling->top_p},
+      {"top_k", sampling->top_k},
+      {"min_p", sampling->min_p},
       {"weight_bytes_per_step", weight_bytes},
       {"bytes_per_decode_step", bytes_at_median_context},
       {"decode_achieved_gbps", achieved},

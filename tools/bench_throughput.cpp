@@ -24,6 +24,7 @@ const char* const kThroughputHelp =
     "  --output-tokens O   tokens generated per request, EOS ignored (default 128)\n"
     "  --seed S            seed of the synthetic prompts (default 0)\n"
     "  --json              one JSON object instead of the table\n"
+    "Sampling (every request; seeds 0, 1, ... so runs repeat):\n"
     "With --batch B: prefill and decode speed against this machine's bandwidth and FMA peak\n"
     "(see `pagedserve bench throughput --batch 1 --help`).\n";
 
@@ -47,26 +48,30 @@ int run_bench_throughput(const std::vector<std::string>& args) {
   }
   std::set<std::string> value_flags = kEngineValueFlags;
   value_flags.insert({"num-requests", "prompt-tokens", "output-tokens", "seed"});
+  value_flags.insert(kBenchSamplingFlags.begin(), kBenchSamplingFlags.end());
   std::set<std::string> bool_flags = kEngineBoolFlags;
   bool_flags.insert({"json", "help"});
   const CliFlags flags(args, value_flags, bool_flags);
   if (flags.has("help")) {
-    std::cout << kThroughputHelp << kEngineFlagsHelp;
+    std::cout << kThroughputHelp << kBenchSamplingHelp << kEngineFlagsHelp;
     return 0;
   }
   const int num_requests = static_cast<int>(flags.get_int("num-requests", 64, 1, 1 << 20));
   const int prompt_tokens = static_cast<int>(flags.get_int("prompt-tokens", 128, 1, 1 << 24));
   const int output_tokens = static_cast<int>(flags.get_int("output-tokens", 128, 1, 1 << 24));
   std::mt19937 rng(static_cast<uint32_t>(flags.get_int("seed", 0, 0, UINT32_MAX)));
+  const model::SamplingParams sampling = bench_sampling_from_flags(flags);
 
   actors::EngineOptions options;
   options.max_unfinished_requests = std::max(num_requests, 1);
   auto engine = actors::Engine::start(engine_config_from_flags(flags), options);
 
   std::vector<actors::GenerateRequest> requests(num_requests);
-  for (actors::GenerateRequest& request : requests) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    actors::GenerateRequest& request = requests[i];
     request.prompt_token_ids = synthetic_prompt(engine->tokenizer(), prompt_tokens, rng);
-    request.sampling.temperature = 0.0f;
+    request.sampling = sampling;
+    request.sampling.seed = static_cast<uint64_t>(i);
     request.sampling.max_tokens = output_tokens;
     request.sampling.ignore_eos = true;
   }
@@ -111,7 +116,17 @@ int run_bench_throughput(const std::vector<std::string>& args) {
       {"num_preemptions_swap", stats.num_preemptions_swap},
       {"num_preemptions_recompute", stats.num_preemptions_recompute},
       {"executor_busy_s", stats.executor_busy_s},
-      {"executor_idle_s", stats.executor_idle_s}};
+      {"executor_idle_s", stats.executor_idle_s},
+      {"temperature", sampling.temperature},
+      {"top_p", sampling.top_p},
+      {"top_k", sampling.top_k},
+      {"min_p", sampling.min_p},
+      {"stage_forward_s", stats.stage_s.forward},
+      {"stage_sampling_s", stats.stage_s.sampling},
+      {"stage_copies_s", stats.stage_s.copies},
+      {"stage_schedule_s", stats.stage_s.schedule},
+      {"stage_process_outputs_s", stats.stage_s.process_outputs},
+      {"stage_detokenize_s", stats.stage_s.detokenize}};
   if (flags.has("json")) {
     std::cout << out.dump() << "\n";
   } else {

@@ -85,4 +85,22 @@ actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
   return config;
 }
 
+const std::set<std::string> kBenchSamplingFlags = {"temperature", "top-p", "top-k", "min-p"};
+
+const char* const kBenchSamplingHelp =
+    "  --temperature T     sampling temperature (default 0: greedy)\n"
+    "  --top-p P           nucleus sampling mass (default 1: off)\n"
+    "  --top-k K           keep the K most likely tokens (default 0: off)\n"
+    "  --min-p M           drop tokens below M times the most likely (default 0: off)\n";
+
+model::SamplingParams bench_sampling_from_flags(const CliFlags& flags) {
+  model::SamplingParams sampling;
+  sampling.temperature = static_cast<float>(flags.get_double("temperature", 0.0));
+  sampling.top_p = static_cast<float>(flags.get_double("top-p", 1.0));
+  sampling.top_k = static_cast<int>(flags.get_int("top-k", 0, -1, 1 << 24));
+  sampling.min_p = static_cast<float>(flags.get_double("min-p", 0.0));
+  if (const std::string error = sampling.validate(); !error.empty()) throw UsageError(error);
+  return sampling;
+}
+
 }  // namespace pagedserve::tools

@@ -16,4 +16,10 @@ extern const char* const kEngineFlagsHelp;
 
 actors::EngineConfig engine_config_from_flags(const CliFlags& flags);
 
+// The benchmarks' sampling flags (--temperature, --top-p, --top-k, --min-p; default greedy),
+// checked as a request's would be (a UsageError naming the field).
+extern const std::set<std::string> kBenchSamplingFlags;
+extern const char* const kBenchSamplingHelp;
+model::SamplingParams bench_sampling_from_flags(const CliFlags& flags);
+
 }  // namespace pagedserve::tools

@@ -87,6 +87,7 @@ EngineGauges gauges_from_stats(const actors::EngineStats& stats) {
   gauges.prefix_cache_hits_total = static_cast<uint64_t>(stats.prefix_cache_hits_tokens);
   gauges.preemptions_swap_total = static_cast<uint64_t>(stats.num_preemptions_swap);
   gauges.preemptions_recompute_total = static_cast<uint64_t>(stats.num_preemptions_recompute);
+  gauges.stage_s = stats.stage_s;
   if (stats.num_kv_blocks_total > 0) {
     gauges.kv_cache_usage_ratio =
         static_cast<double>(stats.num_kv_blocks_used) / stats.num_kv_blocks_total;
@@ -202,6 +203,19 @@ std::string render_prometheus(const Metrics& metrics, const EngineGauges& gauges
            static_cast<double>(gauges.preemptions_swap_total));
   w.sample("pagedserve_preemptions_total", "mode=\"recompute\"",
            static_cast<double>(gauges.preemptions_recompute_total));
+  w.header("pagedserve_step_stage_seconds_total", "counter",
+           "Seconds spent per stage of the served steps: executor stages (copies, forward, "
+           "sampling) and host stages on other threads (schedule, process_outputs, detokenize).");
+  const actors::StageSeconds& s = gauges.stage_s;
+  for (const auto& [stage, seconds] : {std::pair{"schedule", s.schedule},
+                                       {"copies", s.copies},
+                                       {"forward", s.forward},
+                                       {"sampling", s.sampling},
+                                       {"process_outputs", s.process_outputs},
+                                       {"detokenize", s.detokenize}}) {
+    w.sample("pagedserve_step_stage_seconds_total", std::string("stage=\"") + stage + "\"",
+             seconds);
+  }
   return w.take();
 }
 

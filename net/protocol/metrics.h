@@ -101,6 +101,7 @@ struct EngineGauges {
   uint64_t prefix_cache_hits_total = 0;      // of which found in the cache (counter)
   uint64_t preemptions_swap_total = 0;       // groups swapped out (counter)
   uint64_t preemptions_recompute_total = 0;  // groups freed to be recomputed (counter)
+  actors::StageSeconds stage_s;              // time per stage of the served steps (counters)
 };
 
 EngineGauges gauges_from_stats(const actors::EngineStats& stats);

@@ -65,6 +65,27 @@ asio::awaitable<void> accept_loop(std::shared_ptr<ServerState> state, tcp::accep
   }
 }
 
+// The interval's split of a step: the executor's stages as shares of its busy time, the host
+// stages (other threads, overlapped with the executor) in milliseconds per step.
+std::string stage_split(const actors::EngineStats& now, const actors::EngineStats& before) {
+  const actors::StageSeconds& a = now.stage_s;
+  const actors::StageSeconds& b = before.stage_s;
+  const double busy = now.executor_busy_s - before.executor_busy_s;
+  const int64_t steps = now.num_steps - before.num_steps;
+  if (busy <= 0 || steps <= 0) return "";
+  auto share = [busy](double x) { return 100.0 * x / busy; };
+  auto per_step = [steps](double x) { return 1e3 * x / static_cast<double>(steps); };
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "; %lld steps, %.2f ms each: forward %.1f%%, sampling %.1f%%, copies %.1f%%; "
+                "host per step: schedule %.2f ms, outputs %.2f ms, detokenize %.2f ms",
+                static_cast<long long>(steps), per_step(busy), share(a.forward - b.forward),
+                share(a.sampling - b.sampling), share(a.copies - b.copies),
+                per_step(a.schedule - b.schedule), per_step(a.process_outputs - b.process_outputs),
+                per_step(a.detokenize - b.detokenize));
+  return line;
+}
+
 std::string engine_line(const actors::EngineStats& stats, double tokens_per_s) {
   const EngineGauges gauges = gauges_from_stats(stats);
   const double hit_rate = gauges.prefix_cache_queries_total == 0
@@ -84,7 +105,7 @@ std::string engine_line(const actors::EngineStats& stats, double tokens_per_s) {
 // Every stats_log_interval: the engine line, while there is work or tokens came out.
 asio::awaitable<void> log_engine_stats(std::shared_ptr<ServerState> state) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
-  int64_t last_tokens = state->engine().stats().num_generated_tokens;
+  actors::EngineStats last = state->engine().stats();
   Clock::time_point last_time = Clock::now();
   while (!state->stopping()) {
     timer.expires_after(state->config().stats_log_interval);
@@ -93,11 +114,12 @@ asio::awaitable<void> log_engine_stats(std::shared_ptr<ServerState> state) {
     const actors::EngineStats stats = state->engine().stats();
     const Clock::time_point now = Clock::now();
     const double seconds = std::chrono::duration<double>(now - last_time).count();
-    const int64_t tokens = stats.num_generated_tokens - last_tokens;
+    const int64_t tokens = stats.num_generated_tokens - last.num_generated_tokens;
     if (tokens > 0 || stats.num_unfinished_requests > 0) {
-      state->log(engine_line(stats, seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0));
+      state->log(engine_line(stats, seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0) +
+                 stage_split(stats, last));
     }
-    last_tokens = stats.num_generated_tokens;
+    last = stats;
     last_time = now;
   }
 }

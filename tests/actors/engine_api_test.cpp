@@ -371,6 +371,12 @@ TEST(EngineActors, OverlapOnAndOffGiveTheSameOutputAndBothMeasureTheExecutor) {
     EXPECT_GT(stats.executor_busy_s, 0.0);
     EXPECT_GE(stats.executor_idle_s, 0.0);
     EXPECT_EQ(stats.num_steps_planned_ahead > 0, overlap);
+    // Every stage of a served step was timed, and the executor's stages fit in its busy time.
+    const StageSeconds& s = stats.stage_s;
+    for (double stage : {s.schedule, s.forward, s.sampling, s.process_outputs, s.detokenize}) {
+      EXPECT_GT(stage, 0.0);
+    }
+    EXPECT_LE(s.copies + s.forward + s.sampling, stats.executor_busy_s * 1.0001);
   }
   EXPECT_EQ(outputs[0], outputs[1]);
 }

@@ -158,6 +158,9 @@ TEST(MetricsTest, RenderedTextParsesBack) {
   gauges.prefix_cache_hits_total = 20;
   gauges.preemptions_swap_total = 2;
   gauges.preemptions_recompute_total = 5;
+  gauges.stage_s.forward = 2.5;
+  gauges.stage_s.sampling = 0.125;
+  gauges.stage_s.detokenize = 0.75;
 
   const Exposition e(render_prometheus(metrics, gauges));
   EXPECT_EQ(e.types.at("pagedserve_prompt_tokens_total"), "counter");
@@ -186,8 +189,13 @@ TEST(MetricsTest, RenderedTextParsesBack) {
   EXPECT_EQ(e.types.at("pagedserve_preemptions_total"), "counter");
   EXPECT_EQ(e.value("pagedserve_preemptions_total", "mode=\"swap\""), 2);
   EXPECT_EQ(e.value("pagedserve_preemptions_total", "mode=\"recompute\""), 5);
-  EXPECT_EQ(e.types.size(), 16u);
-  EXPECT_EQ(e.helps.size(), 16u);
+  EXPECT_EQ(e.types.at("pagedserve_step_stage_seconds_total"), "counter");
+  EXPECT_EQ(e.value("pagedserve_step_stage_seconds_total", "stage=\"forward\""), 2.5);
+  EXPECT_EQ(e.value("pagedserve_step_stage_seconds_total", "stage=\"sampling\""), 0.125);
+  EXPECT_EQ(e.value("pagedserve_step_stage_seconds_total", "stage=\"detokenize\""), 0.75);
+  EXPECT_EQ(e.value("pagedserve_step_stage_seconds_total", "stage=\"schedule\""), 0);
+  EXPECT_EQ(e.types.size(), 17u);
+  EXPECT_EQ(e.helps.size(), 17u);
 }
 
 TEST(MetricsTest, EmptyRegistryRendersValidText) {
@@ -211,7 +219,9 @@ TEST(MetricsTest, GaugesFromEngineStats) {
   stats.num_kv_blocks_total = 200;
   stats.num_kv_blocks_used = 50;
   stats.num_kv_blocks_free = 150;
+  stats.stage_s.sampling = 0.5;
   const EngineGauges g = gauges_from_stats(stats);
+  EXPECT_EQ(g.stage_s.sampling, 0.5);
   EXPECT_EQ(g.num_requests_running, 2);
   EXPECT_EQ(g.num_requests_waiting, 5);
   EXPECT_EQ(g.kv_blocks_total, 200);

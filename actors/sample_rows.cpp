@@ -1,0 +1,85 @@
+// sample_step_rows: one task per sampling row on the thread pool.
+#include "actors/sample_rows.h"
+
+#include <exception>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "model/sampler.h"
+
+namespace pagedserve::actors {
+namespace {
+
+// A row costs a few vectorised passes over the vocabulary: worth waking the pool for two rows
+// of a 32k vocabulary (the pool's threshold is in FLOP-equivalents).
+constexpr double kSamplingFlopsPerLogit = 10.0;
+
+}  // namespace
+
+void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<const float> logits,
+                      size_t vocab, kernels::ThreadPool* pool,
+                      std::vector<SequenceStepOutput>& out) {
+  std::vector<size_t> sampling_seqs;  // row r -> index in seqs
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (!seqs[i].sample) continue;
+    if (!seqs[i].sampling) {
+      throw std::invalid_argument("sequence " + std::to_string(seqs[i].seq_id) +
+                                  " samples but has no sampling params");
+    }
+    sampling_seqs.push_back(i);
+  }
+  if (logits.size() < sampling_seqs.size() * vocab) {
+    throw std::invalid_argument("sample_step_rows: " + std::to_string(sampling_seqs.size()) +
+                                " sampling rows but logits for " +
+                                std::to_string(vocab == 0 ? 0 : logits.size() / vocab));
+  }
+  // Pool tasks must not throw: each row keeps its error, the first is rethrown below.
+  std::vector<std::exception_ptr> errors(sampling_seqs.size());
+  kernels::parallel_for(pool, static_cast<int64_t>(sampling_seqs.size()),
+                        kSamplingFlopsPerLogit * static_cast<double>(sampling_seqs.size() * vocab),
+                        [&](int64_t row) {
+                          const size_t r = static_cast<size_t>(row);
+                          const size_t i = sampling_seqs[r];
+                          try {
+                            out[i] = sample_row(seqs[i], logits.subspan(r * vocab, vocab));
+                          } catch (...) {
+                            errors[r] = std::current_exception();
+                          }
+                        });
+  for (const std::exception_ptr& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+}
+
+SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const float> raw_logits) {
+  const model::SamplingParams& sampling = *seq.sampling;
+  const size_t vocab = raw_logits.size();
+  std::span<const float> row_logits = raw_logits;  // raw: what reported logprobs describe
+  std::vector<float> masked;
+  if (!seq.banned_token_ids.empty() || sampling.has_penalties()) {
+    masked.assign(raw_logits.begin(), raw_logits.end());
+    model::apply_penalties(masked, sampling, seq.penalty_prompt_ids, seq.penalty_output_ids);
+    for (int32_t id : seq.banned_token_ids) {
+      if (id >= 0 && static_cast<size_t>(id) < vocab) {
+        masked[id] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    row_logits = masked;
+  }
+  SequenceStepOutput out;
+  for (uint64_t seed : seq.sample_seeds) {
+    out.samples.push_back(model::sample_token_logprob(row_logits, sampling, seed, seq.sample_step));
+  }
+  if (seq.num_top_logprobs > 0) {
+    out.top_logprobs = model::top_logprobs(row_logits, seq.num_top_logprobs);
+  }
+  if (sampling.logprobs) {
+    std::vector<int32_t> drawn;
+    for (const model::TokenLogprob& sample : out.samples) drawn.push_back(sample.token_id);
+    out.reported_logprobs = model::sample_logprobs(raw_logits, drawn, *sampling.logprobs);
+  }
+  return out;
+}
+
+}  // namespace pagedserve::actors

@@ -1,0 +1,28 @@
+// The sampling half of a CPU step: after the forward pass, every sequence that samples draws
+// its tokens (penalties, banned tokens, logprobs) from its row of logits. Shared by the CPU
+// executor and `bench throughput --batch`, so the benchmark times what the executor runs.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "actors/step_messages.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace pagedserve::actors {
+
+// Row r of logits ([rows, vocab]) belongs to the r-th sequence of seqs with sample set; its
+// result goes to out[i] for that sequence's index i (out has seqs.size() entries). Rows are
+// independent and each is sampled the same way whichever thread takes it, so they are spread
+// over the pool (may be null). Throws std::invalid_argument for a sampling sequence without
+// params, and rethrows the first error of a row.
+void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<const float> logits,
+                      size_t vocab, kernels::ThreadPool* pool,
+                      std::vector<SequenceStepOutput>& out);
+
+// One sequence's row: penalties and banned tokens on a copy, the draws with their logprobs,
+// top logprobs (beam search), reported logprobs (of the raw row).
+SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const float> raw_logits);
+
+}  // namespace pagedserve::actors

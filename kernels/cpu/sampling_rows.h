@@ -1,0 +1,50 @@
+// Row kernels of the CPU sampler (model/sampler.cpp): one pass each over a logits row of the
+// whole vocabulary, vectorised, so that sampling costs a few passes over the row and never a
+// sort of it. Like every kernel here they never allocate and never throw.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/isa.h"
+
+namespace pagedserve::kernels {
+
+struct RowRange {
+  float min = 0.0f;
+  float max = 0.0f;
+};
+// The smallest and largest of x[0, n) (n >= 1); NaNs are skipped.
+RowRange row_min_max(const float* x, int64_t n, Isa isa = best_isa());
+
+// The index of the first largest element of x[0, n) (n >= 1), as std::max_element finds it.
+int64_t row_argmax(const float* x, int64_t n, Isa isa = best_isa());
+
+// sum over i of exp(double(x[i]) - shift), in double (-inf elements add 0).
+double row_sum_exp(const float* x, int64_t n, double shift, Isa isa = best_isa());
+
+// The sampler's histogram of one row at a temperature. Element i has the scaled logit
+// s = logits[i] / temperature (float division, as the sampler computes it) and lands in bucket
+// min(num_buckets - 1, floor((max_scaled - s) * buckets_per_unit)): buckets go down the
+// distribution, a higher logit never in a later bucket than a lower one. Each bucket gets its
+// element count and its mass, the sum of exp(double(s) - double(max_scaled)).
+struct ExpHistogramParams {
+  const float* logits = nullptr;  // [n]
+  int64_t n = 0;
+  float temperature = 1.0f;         // > 0
+  float max_scaled = 0.0f;          // max(logits) / temperature, finite
+  float buckets_per_unit = 1.0f;    // > 0
+  int num_buckets = 256;            // 1..256
+  uint8_t* bucket = nullptr;        // [n] out: each element's bucket
+  int32_t* bucket_count = nullptr;  // [num_buckets] out
+  double* bucket_mass = nullptr;    // [num_buckets] out; null skips the exps (counts only)
+};
+// Fills the histogram and returns the total mass (0 without bucket_mass). The AVX-512 path's
+// exp is within ~2 ulp of std::exp, which the portable path uses.
+double exp_histogram(const ExpHistogramParams& params, Isa isa = best_isa());
+
+// Writes the indices i (ascending) whose bucket[i] lies in [lo, hi] to out and returns how
+// many; out must have room for every match.
+int64_t collect_buckets(const uint8_t* bucket, int64_t n, int lo, int hi, int32_t* out,
+                        Isa isa = best_isa());
+
+}  // namespace pagedserve::kernels
