@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/exp_avx512.h"
 #include "kernels/cpu/exp_avx512_pd.h"
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -130,8 +131,8 @@ PS_TARGET_AVX512 double exp_histogram_avx512(const ExpHistogramParams& p) {
   const __m512 per_unit = _mm512_set1_ps(p.buckets_per_unit);
   const __m512 last = _mm512_set1_ps(static_cast<float>(p.num_buckets - 1));
   const __m512d shift = _mm512_set1_pd(p.max_scaled);
-  // Two copies of the histogram, for even and odd elements, halve the chains of dependent
-  // updates when neighbours share a bucket (most of a peaked row sits in the last one).
+  // The scalar updates are most of this pass. Two copies of the histogram, for even and odd
+  // elements, halve the chains of dependent updates when neighbours share a bucket.
   int32_t count_odd[256] = {};
   double mass_odd[256] = {};
   alignas(64) int32_t idx[16];
@@ -157,7 +158,14 @@ PS_TARGET_AVX512 double exp_histogram_avx512(const ExpHistogramParams& p) {
       continue;
     }
     __m512d e_lo, e_hi;
-    exp_pair(scaled, shift, &e_lo, &e_hi);
+    if (p.single_precision) {
+      // float exp of the float gap: 16 lanes for the price of 8, widened for the sums.
+      const __m512 ef = exp_avx512(_mm512_sub_ps(scaled, max_scaled));
+      e_lo = _mm512_cvtps_pd(_mm512_castps512_ps256(ef));
+      e_hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(ef), 1)));
+    } else {
+      exp_pair(scaled, shift, &e_lo, &e_hi);
+    }
     e_lo = _mm512_maskz_mov_pd(static_cast<__mmask8>(m), e_lo);
     e_hi = _mm512_maskz_mov_pd(static_cast<__mmask8>(m >> 8), e_hi);
     total_lo = _mm512_add_pd(total_lo, e_lo);

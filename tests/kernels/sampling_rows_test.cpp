@@ -140,6 +140,54 @@ TEST(SamplingRows, HistogramPutsEachElementInItsBucketWithItsMass) {
   }
 }
 
+// The sampler trusts single_precision_exp_error to decide or redo a row: every bucket's float
+// mass must lie within it of the exact (std::exp, double) mass, for gaps up to the bucketed
+// range and for the far tail (-inf, gaps past the float exp's clamp).
+TEST(SamplingRows, SinglePrecisionMassesStayWithinTheirErrorBound) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "single precision is the AVX-512 path";
+  std::mt19937 rng(15);
+  for (float sigma : {0.4f, 3.0f, 12.0f, 40.0f}) {
+    for (float temperature : {0.3f, 1.0f, 1.5f}) {
+      std::vector<float> x = row(rng, 32000, sigma, true);
+      x[5] = 30.0f;  // a max far above the rest when sigma is small
+      const float max_scaled = *std::max_element(x.begin(), x.end()) / temperature;
+      const float min_scaled = -20.0f * sigma / temperature;
+      const double max_gap = std::min(48.0, static_cast<double>(max_scaled - min_scaled));
+      std::vector<uint8_t> bucket(x.size());
+      std::vector<int32_t> count(256);
+      std::vector<double> mass(256);
+      ExpHistogramParams p;
+      p.logits = x.data();
+      p.n = static_cast<int64_t>(x.size());
+      p.temperature = temperature;
+      p.max_scaled = max_scaled;
+      p.buckets_per_unit = static_cast<float>(255.0 / max_gap);
+      p.bucket = bucket.data();
+      p.bucket_count = count.data();
+      p.bucket_mass = mass.data();
+      p.single_precision = true;
+      const double total = exp_histogram(p, Isa::kAvx512);
+      std::vector<double> want(256);
+      double want_total = 0.0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const double e = std::exp(static_cast<double>(x[i] / temperature) - max_scaled);
+        want[bucket[i]] += e;
+        want_total += e;
+      }
+      const double bound = single_precision_exp_error(max_gap);
+      for (int b = 0; b < 255; ++b) {
+        EXPECT_LE(std::fabs(mass[b] - want[b]), bound * want[b] + 1e-300)
+            << "sigma " << sigma << " T " << temperature << " bucket " << b;
+      }
+      // The last bucket holds the far tail too: gaps up to the clamp (87) err by the bound at
+      // gap 87, terms beyond by < 1e-37 each.
+      const double tail = single_precision_exp_error(87.0) * want[255] + count[255] * 1e-37;
+      EXPECT_LE(std::fabs(mass[255] - want[255]), tail);
+      EXPECT_LE(std::fabs(total - want_total), bound * want_total + tail);
+    }
+  }
+}
+
 TEST(SamplingRows, CollectBucketsFindsExactlyTheRange) {
   std::mt19937 rng(14);
   for (Isa isa : supported_isas()) {
