@@ -1,0 +1,113 @@
+// sample_step_rows: a step's rows sampled on a two-thread pool (every split forced) give each
+// sequence what sampling its row alone gives (penalties, banned tokens, seeds, logprobs), map
+// rows to the sequences that sample, and refuse a sampling sequence without params.
+#include "actors/sample_rows.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cpu/thread_pool.h"
+#include "model/sampler.h"
+
+namespace pagedserve::actors {
+namespace {
+
+constexpr int kVocab = 3000;
+
+ScheduledSequence sampling_seq(uint64_t id, std::shared_ptr<const model::SamplingParams> p,
+                               std::vector<uint64_t> seeds) {
+  ScheduledSequence seq;
+  seq.seq_id = id;
+  seq.sample = true;
+  seq.sampling = std::move(p);
+  seq.sample_seeds = std::move(seeds);
+  seq.sample_step = id * 3;
+  return seq;
+}
+
+TEST(SampleStepRows, RowsOnThePoolMatchEachRowSampledAlone) {
+  auto greedy = std::make_shared<model::SamplingParams>();
+  greedy->temperature = 0.0f;
+  auto t1 = std::make_shared<model::SamplingParams>();
+  auto nucleus = std::make_shared<model::SamplingParams>();
+  nucleus->top_p = 0.8f;
+  nucleus->logprobs = 3;
+  auto penalised = std::make_shared<model::SamplingParams>();
+  penalised->repetition_penalty = 1.5f;
+  penalised->frequency_penalty = 0.5f;
+
+  std::vector<ScheduledSequence> seqs;
+  seqs.push_back(sampling_seq(0, greedy, {1}));
+  seqs.push_back(sampling_seq(1, t1, {11, 12, 13}));  // a prompt forking into three samples
+  ScheduledSequence chunk;  // a prompt chunk that is not the last: no row, no output
+  chunk.seq_id = 2;
+  seqs.push_back(chunk);
+  seqs.push_back(sampling_seq(3, nucleus, {7}));
+  seqs.push_back(sampling_seq(4, penalised, {9}));
+  seqs.back().penalty_prompt_ids = {5, 6, 7};
+  seqs.back().penalty_output_ids = {8, 8, 9};
+  seqs.back().banned_token_ids = {0, 1, 2};
+  seqs.push_back(sampling_seq(5, t1, {21}));
+  seqs.back().num_top_logprobs = 4;
+
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const size_t rows = 5;
+  std::vector<float> logits(rows * kVocab);
+  for (float& l : logits) l = normal(rng);
+  // Make the banned and penalised tokens the likeliest, so a missed mask shows.
+  for (int id : {0, 1, 2, 5, 8}) logits[3 * kVocab + id] = 30.0f;
+
+  kernels::ThreadPool pool(2, /*min_parallel_flops=*/0.0);
+  std::vector<SequenceStepOutput> out(seqs.size());
+  sample_step_rows(seqs, logits, kVocab, &pool, out);
+
+  EXPECT_TRUE(out[2].samples.empty());
+  size_t row = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const ScheduledSequence& seq = seqs[i];
+    if (!seq.sample) continue;
+    SCOPED_TRACE("sequence " + std::to_string(seq.seq_id));
+    const std::span<const float> raw(logits.data() + row * kVocab, kVocab);
+    std::vector<float> masked(raw.begin(), raw.end());
+    model::apply_penalties(masked, *seq.sampling, seq.penalty_prompt_ids, seq.penalty_output_ids);
+    for (int32_t id : seq.banned_token_ids) masked[id] = -std::numeric_limits<float>::infinity();
+    ASSERT_EQ(out[i].samples.size(), seq.sample_seeds.size());
+    for (size_t s = 0; s < seq.sample_seeds.size(); ++s) {
+      const int32_t token =
+          model::sample_token(masked, *seq.sampling, seq.sample_seeds[s], seq.sample_step);
+      EXPECT_EQ(out[i].samples[s].token_id, token);
+      EXPECT_NEAR(out[i].samples[s].logprob, model::token_logprob(masked, token), 1e-5);
+    }
+    for (int32_t banned : seq.banned_token_ids) EXPECT_NE(out[i].samples[0].token_id, banned);
+    EXPECT_EQ(out[i].top_logprobs, model::top_logprobs(masked, seq.num_top_logprobs));
+    if (seq.sampling->logprobs) {
+      ASSERT_EQ(out[i].reported_logprobs.size(), 1u);
+      EXPECT_EQ(out[i].reported_logprobs[0].top.size(), 3u);
+    }
+    ++row;
+  }
+  EXPECT_EQ(row, rows);
+}
+
+TEST(SampleStepRows, ASamplingSequenceWithoutParamsIsRefusedByName) {
+  std::vector<ScheduledSequence> seqs(1);
+  seqs[0].seq_id = 42;
+  seqs[0].sample = true;
+  std::vector<float> logits(kVocab, 0.0f);
+  std::vector<SequenceStepOutput> out(1);
+  try {
+    sample_step_rows(seqs, logits, kVocab, nullptr, out);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("sequence 42"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace pagedserve::actors
