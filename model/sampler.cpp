@@ -149,9 +149,12 @@ class BucketedRow {
     p.buckets_per_unit = per_unit_;
     p.num_buckets = kNumBuckets;
     p.bucket = scratch_.bucket.data();
-    p.bucket_count = count_.data();
+    // With masses, a bucket is occupied when its mass is positive (a token with probability 0
+    // is never drawn), so the counts are skipped: they cost the histogram a store per element.
+    p.bucket_count = masses == Masses::kNone ? count_.data() : nullptr;
     p.bucket_mass = masses == Masses::kNone ? nullptr : mass_.data();
     p.single_precision = masses == Masses::kSingle;
+    has_mass_ = masses != Masses::kNone;
     total_ = kernels::exp_histogram(p);
   }
 
@@ -169,8 +172,10 @@ class BucketedRow {
   bool undecided() const { return undecided_; }
 
   float max_scaled() const { return max_scaled_; }
-  double total() const { return total_; }  // sum of exp(scaled - max_scaled)
-  int32_t count(int b) const { return count_[b]; }
+  double total() const { return total_; }           // sum of exp(scaled - max_scaled)
+  int32_t count(int b) const { return count_[b]; }  // counts-only rows (top-k)
+  // Whether bucket b holds a token that can be drawn (masses) or any token (counts only).
+  bool occupied(int b) const { return has_mass_ ? mass_[b] > 0.0 : count_[b] > 0; }
   double prob(int b) const { return mass_[b] / total_; }  // the bucket's share
   double prob(const Candidate& c) const {
     return std::exp(static_cast<double>(c.logit) - static_cast<double>(max_scaled_)) / total_;
@@ -213,6 +218,7 @@ class BucketedRow {
   float max_scaled_;
   float per_unit_;
   RowScratch& scratch_;
+  bool has_mass_ = false;
   double tolerance_ = 0.0;      // relative error of compared shares (0: exact up to rounding)
   double tolerance_abs_ = 0.0;  // and absolute
   bool undecided_ = false;
@@ -236,7 +242,7 @@ Cut find_cut(BucketedRow& row, const SamplingParams& params) {
   const double min_p_threshold = params.min_p * (1.0 / row.total());
   double cumulative = 0.0;
   for (int b = 0; b < kNumBuckets; ++b) {
-    if (row.count(b) == 0) continue;
+    if (!row.occupied(b)) continue;
     const bool whole_for_top_p = !top_p || cumulative + row.prob(b) < params.top_p - row.slack();
     const bool whole_for_min_p = !min_p || row.min_ratio(b) > params.min_p;
     if (whole_for_top_p && whole_for_min_p) {
@@ -260,10 +266,10 @@ int32_t last_kept(BucketedRow& row, const Cut& cut) {
   if (cut.bucket < kNumBuckets && cut.in_bucket > 0)
     return row.open(cut.bucket)[cut.in_bucket - 1].id;
   for (int b = std::min(cut.bucket, kNumBuckets) - 1; b >= 0; --b) {
-    if (row.count(b) > 0) return row.open(b).back().id;
+    if (row.occupied(b)) return row.open(b).back().id;
   }
   for (int b = 0; b < kNumBuckets; ++b) {  // an empty cut keeps the top token, as max(n, 1)
-    if (row.count(b) > 0) return row.open(b).front().id;
+    if (row.occupied(b)) return row.open(b).front().id;
   }
   return 0;
 }
@@ -271,7 +277,7 @@ int32_t last_kept(BucketedRow& row, const Cut& cut) {
 int32_t walk_to(BucketedRow& row, const Cut& cut, double target) {
   double cumulative = 0.0;
   for (int b = 0; b <= std::min(cut.bucket, kNumBuckets - 1); ++b) {
-    if (row.count(b) == 0) continue;
+    if (!row.occupied(b)) continue;
     const bool cut_here = b == cut.bucket;
     if (!cut_here && cumulative + row.prob(b) < target - row.slack()) {
       cumulative += row.prob(b);

@@ -57,7 +57,7 @@ double exp_histogram_portable(const ExpHistogramParams& p) {
     const float scaled = p.logits[i] / p.temperature;
     const int b = bucket_of(scaled, p);
     p.bucket[i] = static_cast<uint8_t>(b);
-    ++p.bucket_count[b];
+    if (p.bucket_count != nullptr) ++p.bucket_count[b];
     if (p.bucket_mass != nullptr) {
       const double e = std::exp(static_cast<double>(scaled) - max_scaled);
       p.bucket_mass[b] += e;
@@ -172,6 +172,14 @@ PS_TARGET_AVX512 double exp_histogram_avx512(const ExpHistogramParams& p) {
     total_hi = _mm512_add_pd(total_hi, e_hi);
     _mm512_store_pd(e, e_lo);
     _mm512_store_pd(e + 8, e_hi);
+    if (p.bucket_count == nullptr) {  // masses only: one store per element, not two
+      for (int j = 0; j + 1 < count; j += 2) {
+        p.bucket_mass[idx[j]] += e[j];
+        mass_odd[idx[j + 1]] += e[j + 1];
+      }
+      if (count & 1) p.bucket_mass[idx[count - 1]] += e[count - 1];
+      continue;
+    }
     for (int j = 0; j + 1 < count; j += 2) {
       ++p.bucket_count[idx[j]];
       p.bucket_mass[idx[j]] += e[j];
@@ -184,7 +192,7 @@ PS_TARGET_AVX512 double exp_histogram_avx512(const ExpHistogramParams& p) {
     }
   }
   for (int b = 0; b < p.num_buckets; ++b) {
-    p.bucket_count[b] += count_odd[b];
+    if (p.bucket_count != nullptr) p.bucket_count[b] += count_odd[b];
     if (p.bucket_mass != nullptr) p.bucket_mass[b] += mass_odd[b];
   }
   return _mm512_reduce_add_pd(_mm512_add_pd(total_lo, total_hi));
@@ -229,9 +237,10 @@ double row_sum_exp(const float* x, int64_t n, double shift, Isa isa) {
 }
 
 double exp_histogram(const ExpHistogramParams& p, Isa isa) {
-  assert(p.logits != nullptr && p.bucket != nullptr && p.bucket_count != nullptr);
+  assert(p.logits != nullptr && p.bucket != nullptr);
+  assert(p.bucket_count != nullptr || p.bucket_mass != nullptr);
   assert(p.num_buckets >= 1 && p.num_buckets <= 256 && p.temperature > 0.0f);
-  std::fill(p.bucket_count, p.bucket_count + p.num_buckets, 0);
+  if (p.bucket_count != nullptr) std::fill(p.bucket_count, p.bucket_count + p.num_buckets, 0);
   if (p.bucket_mass != nullptr) std::fill(p.bucket_mass, p.bucket_mass + p.num_buckets, 0.0);
   if (isa == Isa::kAvx512) return exp_histogram_avx512(p);
   return exp_histogram_portable(p);

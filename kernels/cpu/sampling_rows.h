@@ -35,7 +35,7 @@ struct ExpHistogramParams {
   float buckets_per_unit = 1.0f;    // > 0
   int num_buckets = 256;            // 1..256
   uint8_t* bucket = nullptr;        // [n] out: each element's bucket
-  int32_t* bucket_count = nullptr;  // [num_buckets] out
+  int32_t* bucket_count = nullptr;  // [num_buckets] out; may be null when masses are wanted
   double* bucket_mass = nullptr;    // [num_buckets] out; null skips the exps (counts only)
   // Masses from a float exp of the float gap (AVX-512 only; the portable path is always
   // exact), each term within single_precision_exp_error of the exact one. Twice as fast; the

@@ -135,6 +135,14 @@ TEST(SamplingRows, HistogramPutsEachElementInItsBucketWithItsMass) {
         EXPECT_EQ(exp_histogram(p, isa), 0.0);
         EXPECT_EQ(bucket2, bucket) << isa_name(isa);
         EXPECT_EQ(count, want_count) << isa_name(isa);
+
+        // Masses only: the same buckets and masses, no counts.
+        std::vector<double> mass2(256);
+        p.bucket_count = nullptr;
+        p.bucket_mass = mass2.data();
+        EXPECT_EQ(exp_histogram(p, isa), total) << isa_name(isa);
+        EXPECT_EQ(bucket2, bucket) << isa_name(isa);
+        EXPECT_EQ(mass2, mass) << isa_name(isa);
       }
     }
   }
