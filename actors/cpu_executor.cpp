@@ -65,7 +65,7 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
     batch.add_sequence(seq.new_token_ids, seq.num_computed_tokens, seq.block_table,
                        device_cache_.block_size(), seq.sample);
   }
-  const std::vector<float> logits = model_.forward(batch, device_cache_);
+  const std::span<const float> logits = model_.forward(batch, device_cache_, logits_);
   output.times.forward_s = seconds_since(start);
 
   start = Clock::now();

@@ -35,6 +35,7 @@ class CpuExecutor final : public Executor {
   model::LlamaModel model_;
   model::PagedKvCache device_cache_;
   model::PagedKvCache cpu_cache_;
+  std::vector<float> logits_;  // reused every step (LlamaModel::forward's logits_buffer)
 };
 
 }  // namespace pagedserve::actors

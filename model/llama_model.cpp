@@ -155,6 +155,14 @@ size_t LlamaModel::weight_bytes_per_step() const {
 }
 
 std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& cache) const {
+  std::vector<float> logits;
+  const size_t size = forward(batch, cache, logits).size();
+  logits.resize(size);
+  return logits;
+}
+
+std::span<const float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& cache,
+                                           std::vector<float>& logits_buffer) const {
   const ModelConfig& c = config_;
   const int num_tokens = batch.num_tokens();
   const int hidden = c.hidden_size;
@@ -257,9 +265,10 @@ std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& 
   }
   kernels::rms_norm(selected.data(), final_norm_.data(), selected.data(), num_out, hidden,
                     c.rms_norm_eps);
-  std::vector<float> logits(static_cast<size_t>(num_out) * c.vocab_size);
-  kernels::matmul_packed(selected.data(), lm_head_, logits.data(), num_out, pool_, isa_);
-  return logits;
+  const size_t logits_size = static_cast<size_t>(num_out) * c.vocab_size;
+  if (logits_buffer.size() < logits_size) logits_buffer.resize(logits_size);
+  kernels::matmul_packed(selected.data(), lm_head_, logits_buffer.data(), num_out, pool_, isa_);
+  return std::span<const float>(logits_buffer.data(), logits_size);
 }
 
 }  // namespace pagedserve::model

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/cpu/packed_matmul.h"
@@ -57,6 +58,11 @@ class LlamaModel {
   // its own sequence, never on the rest of the batch or the thread count (see
   // kernels/cpu/packed_matmul.h).
   std::vector<float> forward(const ForwardBatch& batch, PagedKvCache& cache) const;
+  // The same logits written into logits_buffer, which only ever grows (so a caller that keeps
+  // it pays neither the zeroing nor the page faults of a fresh [rows, vocab] buffer per step:
+  // ~1 ms of a 35 ms batch-32 decode step on one thread); the span views its first rows.
+  std::span<const float> forward(const ForwardBatch& batch, PagedKvCache& cache,
+                                 std::vector<float>& logits_buffer) const;
 
  private:
   struct Layer {

@@ -166,10 +166,11 @@ int run_bench_phases(const std::vector<std::string>& args) {
       batch.add_sequence({next[s]}, position, tables[s], block_size, true);
     }
     const auto start = Clock::now();
-    logits = model.forward(batch, cache);
+    // Into a buffer kept across steps, as the CPU executor does.
+    const std::span<const float> step_logits = model.forward(batch, cache, logits);
     const auto sampling_start = Clock::now();
     for (actors::ScheduledSequence& row : rows) row.sample_step = static_cast<uint64_t>(step);
-    actors::sample_step_rows(rows, logits, static_cast<size_t>(c.vocab_size), &pool, sampled);
+    actors::sample_step_rows(rows, step_logits, static_cast<size_t>(c.vocab_size), &pool, sampled);
     const double seconds = seconds_since(start);
     sampling_s.push_back(seconds_since(sampling_start));
     for (int s = 0; s < batch_size; ++s) next[s] = sampled[s].samples.at(0).token_id;
