@@ -118,7 +118,7 @@ std::unique_ptr<Engine> Engine::start(const EngineConfig& config_in, const Engin
       PrefixCacheLink{s.prefix_cache_inbox, s.prefix_cache_reply}, s.stats);
   s.tokenizer_actor = std::make_unique<TokenizerActor>(
       tokenizer, TokenizerActorLimits{config, vocab_size}, s.registry, s.encode_inbox,
-      s.decode_inbox, s.scheduler_inbox, &s.stats);
+      s.decode_inbox, s.scheduler_inbox, s.stats);
   s.registry->set_abort_hook([actor = s.scheduler_actor.get()] { actor->notify_abort(); });
 
   s.executor_thread.spawn(s.executor_actor->run());

@@ -68,8 +68,9 @@ SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const floa
     row_logits = masked;
   }
   SequenceStepOutput out;
-  for (uint64_t seed : seq.sample_seeds) {
-    out.samples.push_back(model::sample_token_logprob(row_logits, sampling, seed, seq.sample_step));
+  if (!seq.sample_seeds.empty()) {
+    out.samples =
+        model::sample_tokens_logprob(row_logits, sampling, seq.sample_seeds, seq.sample_step);
   }
   if (seq.num_top_logprobs > 0) {
     out.top_logprobs = model::top_logprobs(row_logits, seq.num_top_logprobs);

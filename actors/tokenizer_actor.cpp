@@ -14,7 +14,7 @@ TokenizerActor::TokenizerActor(std::shared_ptr<const model::Tokenizer> tokenizer
                                runtime::Channel<runtime::EncodeRequest>& encode_inbox,
                                runtime::Channel<runtime::DecodeBatch>& decode_inbox,
                                runtime::Channel<runtime::SchedulerMessage>& scheduler_inbox,
-                               runtime::StatsBoard* stats)
+                               runtime::StatsBoard& stats)
     : tokenizer_(std::move(tokenizer)),
       limits_(limits),
       registry_(std::move(registry)),
@@ -37,11 +37,9 @@ runtime::Task<void> TokenizerActor::decode_loop() {
     if (error) break;
     const auto start = std::chrono::steady_clock::now();
     on_decode(std::move(batch));
-    if (stats_ != nullptr) {
-      stats_->add_stage(
-          runtime::StatsBoard::Stage::kDetokenize,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
+    stats_.add_stage(
+        runtime::StatsBoard::Stage::kDetokenize,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
 }
 

@@ -42,7 +42,7 @@ class TokenizerActor {
                  runtime::Channel<runtime::EncodeRequest>& encode_inbox,
                  runtime::Channel<runtime::DecodeBatch>& decode_inbox,
                  runtime::Channel<runtime::SchedulerMessage>& scheduler_inbox,
-                 runtime::StatsBoard* stats = nullptr);
+                 runtime::StatsBoard& stats);
 
   // The two run loops; spawn both on the tokenizer thread. Each ends when its inbox closes.
   runtime::Task<void> encode_loop();
@@ -76,7 +76,7 @@ class TokenizerActor {
   runtime::Channel<runtime::EncodeRequest>& encode_inbox_;
   runtime::Channel<runtime::DecodeBatch>& decode_inbox_;
   runtime::Channel<runtime::SchedulerMessage>& scheduler_inbox_;
-  runtime::StatsBoard* stats_;  // detokenization time; may be null
+  runtime::StatsBoard& stats_;  // detokenization time
   std::unordered_map<uint64_t, LiveRequest> live_;
 };
 

@@ -171,7 +171,6 @@ class BucketedRow {
   void mark_undecided() { undecided_ = undecided_ || tolerance_ > 0.0; }
   bool undecided() const { return undecided_; }
 
-  float max_scaled() const { return max_scaled_; }
   double total() const { return total_; }           // sum of exp(scaled - max_scaled)
   int32_t count(int b) const { return count_[b]; }  // counts-only rows (top-k)
   // Whether bucket b holds a token that can be drawn (masses) or any token (counts only).
@@ -295,9 +294,9 @@ int32_t walk_to(BucketedRow& row, const Cut& cut, double target) {
 }
 
 // Top-k: the k best found from bucket counts alone (gather the buckets that hold them, sort
-// just those), then the sorted definition on them; bit-identical to a full sort.
-int32_t sample_top_k(std::span<const float> logits, const SamplingParams& params,
-                     kernels::RowRange range, double u) {
+// just those), then the sorted definition on them for each draw; bit-identical to a full sort.
+std::vector<int32_t> sample_top_k(std::span<const float> logits, const SamplingParams& params,
+                                  kernels::RowRange range, std::span<const double> us) {
   BucketedRow row(logits, params.temperature, range, Masses::kNone);
   const size_t k = static_cast<size_t>(params.top_k);
   int last = 0;
@@ -308,34 +307,42 @@ int32_t sample_top_k(std::span<const float> logits, const SamplingParams& params
   std::vector<Candidate>& candidates = row.gather(0, last);
   std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(k),
                     candidates.end(), by_logit_desc);
-  return sample_sorted(std::span(candidates).first(k), params, u);
+  std::vector<int32_t> tokens;
+  for (double u : us) tokens.push_back(sample_sorted(std::span(candidates).first(k), params, u));
+  return tokens;
 }
 
-struct Draw {
-  int32_t token = 0;
+struct Draws {
+  std::vector<int32_t> tokens;                                    // one per uniform
   double log_sum_exp = std::numeric_limits<double>::quiet_NaN();  // of the raw row, if known
 };
 
-Draw draw(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
-          uint64_t step) {
+// One token per uniform in `us`, all from the same passes over the row (the cut does not
+// depend on the draw; only the walk does).
+Draws draw(std::span<const float> logits, const SamplingParams& params,
+           std::span<const double> us) {
   const int64_t vocab = static_cast<int64_t>(logits.size());
-  if (params.is_greedy()) return {static_cast<int32_t>(kernels::row_argmax(logits.data(), vocab))};
+  auto first_max = [&] {
+    return Draws{std::vector<int32_t>(
+        us.size(), static_cast<int32_t>(kernels::row_argmax(logits.data(), vocab)))};
+  };
+  if (params.is_greedy()) return first_max();
   const kernels::RowRange range = kernels::row_min_max(logits.data(), vocab);
   // No finite maximum (every token banned, or an infinite or NaN row): no distribution to
   // sample; the first maximum, as greedy.
-  if (!std::isfinite(range.max / params.temperature)) {
-    return {static_cast<int32_t>(kernels::row_argmax(logits.data(), vocab))};
+  if (!std::isfinite(range.max / params.temperature)) return first_max();
+  if (params.top_k > 0 && params.top_k < vocab) {
+    return Draws{sample_top_k(logits, params, range, us)};
   }
-  const double u = uniform_from_counter(seed, step);
-  if (params.top_k > 0 && params.top_k < vocab) return {sample_top_k(logits, params, range, u)};
 
-  // Float masses first; a row where they cannot decide a cut or the draw (a value within their
+  // Float masses first; a row where they cannot decide a cut or a draw (a value within their
   // error of a boundary: ~1e-4 of draws on a trained model's peaked row, ~10% on the flat rows
   // of a random 32k model) is redone with double masses.
   for (Masses masses : {Masses::kSingle, Masses::kDouble}) {
     BucketedRow row(logits, params.temperature, range, masses);
     const Cut cut = find_cut(row, params);
-    Draw out{walk_to(row, cut, u * cut.mass)};
+    Draws out;
+    for (double u : us) out.tokens.push_back(walk_to(row, cut, u * cut.mass));
     if (row.undecided()) continue;
     // At temperature 1 the histogram's total is the raw row's partition function (from float
     // exps: within ~1e-7 relative in practice, 3e-6 at worst, of the exact one).
@@ -427,15 +434,28 @@ double uniform_from_counter(uint64_t seed, uint64_t step) {
 
 int32_t sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
                      uint64_t step) {
-  return draw(logits, params, seed, step).token;
+  const double u = uniform_from_counter(seed, step);
+  return draw(logits, params, std::span(&u, 1)).tokens[0];
+}
+
+std::vector<TokenLogprob> sample_tokens_logprob(std::span<const float> logits,
+                                                const SamplingParams& params,
+                                                std::span<const uint64_t> seeds, uint64_t step) {
+  std::vector<double> us;
+  for (uint64_t seed : seeds) us.push_back(uniform_from_counter(seed, step));
+  const Draws d = draw(logits, params, us);
+  const double lse = std::isnan(d.log_sum_exp) ? log_sum_exp(logits) : d.log_sum_exp;
+  std::vector<TokenLogprob> out;
+  for (int32_t token : d.tokens) {
+    out.push_back(
+        {token, static_cast<float>(static_cast<double>(logits[static_cast<size_t>(token)]) - lse)});
+  }
+  return out;
 }
 
 TokenLogprob sample_token_logprob(std::span<const float> logits, const SamplingParams& params,
                                   uint64_t seed, uint64_t step) {
-  const Draw d = draw(logits, params, seed, step);
-  const double lse = std::isnan(d.log_sum_exp) ? log_sum_exp(logits) : d.log_sum_exp;
-  return {d.token,
-          static_cast<float>(static_cast<double>(logits[static_cast<size_t>(d.token)]) - lse)};
+  return sample_tokens_logprob(logits, params, std::span(&seed, 1), step)[0];
 }
 
 float token_logprob(std::span<const float> logits, int32_t token) {

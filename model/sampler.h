@@ -45,6 +45,11 @@ float token_logprob(std::span<const float> logits, int32_t token);
 // sample_token's token with its token_logprob, sharing the row's passes where they can.
 TokenLogprob sample_token_logprob(std::span<const float> logits, const SamplingParams& params,
                                   uint64_t seed, uint64_t step);
+// The same for several seeds of one row (a prompt forking into best_of samples): the row's
+// passes, and its log-sum-exp, are made once for all of them.
+std::vector<TokenLogprob> sample_tokens_logprob(std::span<const float> logits,
+                                                const SamplingParams& params,
+                                                std::span<const uint64_t> seeds, uint64_t step);
 // The k most likely tokens, best first (ties: the lower id first); k is clamped to the vocab.
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k);
 
