@@ -15,6 +15,8 @@
 
 namespace pagedserve::model {
 
+class GgufFile;  // model/loader/gguf.h
+
 class Tokenizer {
  public:
   // Reads tokenizer.json and, when present beside it, tokenizer_config.json from `dir`.
@@ -23,6 +25,11 @@ class Tokenizer {
   static Tokenizer from_dir(const std::filesystem::path& dir);
   static Tokenizer from_files(const std::filesystem::path& tokenizer_json,
                               const std::optional<std::filesystem::path>& tokenizer_config_json);
+  // From a GGUF file's tokenizer.ggml.* metadata: `llama` (SentencePiece BPE with scores and
+  // byte fallback) or `gpt2` (byte-level BPE with merges and the tokenizer.ggml.pre
+  // pre-tokenizer), token types, special ids and add_bos/add_eos. Works on vocabulary-only
+  // files. Throws ModelError naming the file for a missing or unsupported tokenizer.
+  static Tokenizer from_gguf(const GgufFile& file);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
