@@ -39,6 +39,33 @@ void rope_cos_sin(const int32_t* positions, int num_tokens, int head_dim, float 
 void rope_rotate_half_table(float* q, float* k, const float* cos_sin, int num_tokens, int num_heads,
                             int num_kv_heads, int head_dim, ThreadPool* pool = nullptr);
 
+// Rotary embedding with a precomputed frequency table, for the RoPE variants of Llama 3,
+// YaRN, LongRoPE, linear and dynamic NTK scaling (the model computes inv_freq). Fills cos_sin
+// ([num_tokens, rotary_dim]: cos(pos * inv_freq[i]) * attention_factor at [t, i], the sin at
+// [t, rotary_dim/2 + i], for i < rotary_dim/2). inv_freq_per_token, when not null, gives each
+// token its own table ([num_tokens] pointers to rotary_dim/2 floats; LongRoPE picks short or
+// long factors per sequence); otherwise every token uses inv_freq.
+void rope_cos_sin_inv_freq(const int32_t* positions, int num_tokens, int rotary_dim,
+                           const float* inv_freq, const float* const* inv_freq_per_token,
+                           float attention_factor, float* cos_sin, ThreadPool* pool = nullptr);
+// rope_rotate_half_table over the first rotary_dim of each head's head_dim values (partial
+// rotary, Phi-4-mini and others: pairs (i, i + rotary_dim/2)); the rest pass unchanged.
+// cos_sin: [num_tokens, rotary_dim]. k may be null (rotate q only).
+void rope_rotate_half_partial(float* q, float* k, const float* cos_sin, int num_tokens,
+                              int num_heads, int num_kv_heads, int head_dim, int rotary_dim,
+                              ThreadPool* pool = nullptr);
+
+// Per-head RMSNorm in place (Qwen3 and Gemma 3 q/k norms): each head_dim slice of x
+// ([num_rows * num_heads, head_dim] viewed flat) becomes rms_norm(slice) * weight[:].
+void rms_norm_heads(float* x, const float* weight, int num_rows, int num_heads, int head_dim,
+                    float eps);
+
+// x[r, :] += bias[:] for r < num_rows. x: [num_rows, width].
+void add_bias(float* x, const float* bias, int num_rows, int width);
+
+// x[i] = cap * tanh(x[i] / cap): Gemma 2's final-logit soft-capping. cap > 0.
+void soft_cap(float* x, int64_t n, float cap, ThreadPool* pool = nullptr);
+
 // out = x * w^T, the layout of a Hugging Face Linear layer, on unpacked float32 weights (for
 // weights used once; the executor's layers use matmul_packed in packed_matmul.h).
 // x: [m, k]; w: [n, k]; out: [m, n]. With a pool, rows of w (columns of out) are split across
@@ -57,6 +84,12 @@ void silu_and_mul(const float* gate, const float* up, float* out, int64_t n);
 // rows or the split); the other ISAs use std::exp.
 void silu_and_mul_stacked(const float* gate_up, float* out, int num_rows, int ffn,
                           ThreadPool* pool = nullptr, Isa isa = Isa::kPortable);
+
+// GeGLU over a stacked gate/up projection (Gemma): out[r, i] = gelu_tanh(gate_up[r, i]) *
+// gate_up[r, ffn + i], gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the
+// "gelu_pytorch_tanh" of Hugging Face configs. Shapes and threading as silu_and_mul_stacked.
+void gelu_tanh_and_mul_stacked(const float* gate_up, float* out, int num_rows, int ffn,
+                               ThreadPool* pool = nullptr, Isa isa = Isa::kPortable);
 
 // One layer's paged KV cache. Block b holds block_size consecutive token positions of one
 // sequence; token slot s lives in block s / block_size at offset s % block_size. Elements are
@@ -100,6 +133,13 @@ struct PagedAttentionParams {
   int block_size = 0;
   float scale = 1.0f;                    // usually 1 / sqrt(head_dim)
   KvDtype kv_dtype = KvDtype::kFloat32;  // element type of key_cache and value_cache
+  // Sliding-window attention (Mistral, Gemma's local layers, ...): when > 0 the query at
+  // position i sees only keys at positions j with i - sliding_window < j <= i (Hugging Face's
+  // mask), and blocks wholly before the window are not read. 0: the whole context.
+  int sliding_window = 0;
+  // Attention-logit soft-capping (Gemma 2): when > 0 each score s = scale * q.k becomes
+  // logit_softcap * tanh(s / logit_softcap) before the softmax. 0: none.
+  float logit_softcap = 0.0f;
 };
 // With a pool, (query tile, range of KV heads) pairs are split across threads, so a single
 // decode token still uses every thread while a large batch walks each block's K/V of all heads
