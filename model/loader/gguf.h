@@ -72,15 +72,18 @@ enum class GgmlType : uint32_t {
 };
 // "F32", "Q4_K", ...; "type N" for a number it does not know.
 std::string ggml_type_name(uint32_t type);
+// Elements per block (1 for F32, F16, BF16, the integer types; 32 for Q4_0; 256 for Q4_K);
+// nullopt for unknown types.
+std::optional<int64_t> ggml_block_size(uint32_t type);
 // Bytes of a row of `elements` values of `type` (block-quantized types: elements must be a
 // multiple of the block size); nullopt for unknown types or a bad multiple.
 std::optional<size_t> ggml_row_bytes(uint32_t type, int64_t elements);
 
 struct GgufTensor {
   std::string name;
-  uint32_t type = 0;         // a GgmlType value (maybe one this enum does not name)
-  std::vector<int64_t> ne;   // ggml order: ne[0] is the innermost (contiguous) dimension
-  uint64_t offset = 0;       // within the data section
+  uint32_t type = 0;                // a GgmlType value (maybe one this enum does not name)
+  std::vector<int64_t> ne;          // ggml order: ne[0] is the innermost (contiguous) dimension
+  uint64_t offset = 0;              // within the data section
   const std::byte* data = nullptr;  // into the mapping
   size_t num_bytes = 0;
 
