@@ -81,9 +81,9 @@ std::optional<size_t> ggml_row_bytes(uint32_t type, int64_t elements);
 
 struct GgufTensor {
   std::string name;
-  uint32_t type = 0;         // a GgmlType value (maybe one this enum does not name)
-  std::vector<int64_t> ne;   // ggml order: ne[0] is the innermost (contiguous) dimension
-  uint64_t offset = 0;       // within the data section
+  uint32_t type = 0;                // a GgmlType value (maybe one this enum does not name)
+  std::vector<int64_t> ne;          // ggml order: ne[0] is the innermost (contiguous) dimension
+  uint64_t offset = 0;              // within the data section
   const std::byte* data = nullptr;  // into the mapping
   size_t num_bytes = 0;
 
