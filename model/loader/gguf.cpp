@@ -357,8 +357,9 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
     std::string got;
     for (int i = 0; i < 4; ++i) {
       const auto c = std::to_integer<unsigned char>(magic[i]);
+      constexpr const char* kHex = "0123456789abcdef";
       got += (c >= 0x20 && c < 0x7f) ? std::string(1, static_cast<char>(c))
-                                     : "\\x" + std::to_string(c);
+                                     : std::string{'\\', 'x', kHex[c >> 4], kHex[c & 15]};
     }
     fail(path, "bad magic \"" + got + "\": not a GGUF file");
   }
