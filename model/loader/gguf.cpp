@@ -370,8 +370,12 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
          "with a current llama.cpp)");
   }
   if (file->version_ != 2 && file->version_ != 3) {
-    fail(path,
-         "unsupported GGUF version " + std::to_string(file->version_) + " (supported: 2 and 3)");
+    // llama.cpp can write big-endian files; their version reads byte-swapped here.
+    const uint32_t swapped = __builtin_bswap32(file->version_);
+    fail(path, "unsupported GGUF version " + std::to_string(file->version_) +
+                   (swapped == 2 || swapped == 3 ? " (a big-endian file? only little-endian "
+                                                   "GGUF files are supported)"
+                                                 : " (supported: 2 and 3)"));
   }
   const uint64_t tensor_count = in.u64("tensor count");
   const uint64_t metadata_count = in.u64("metadata count");

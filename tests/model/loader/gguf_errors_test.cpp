@@ -109,7 +109,11 @@ TEST(GgufErrors, FileLevelProblems) {
   EXPECT_THAT(open_error(v1.build()), HasSubstr("GGUF version 1 is not supported"));
   GgufBuilder v4 = small_file();
   v4.version = 4;
-  EXPECT_THAT(open_error(v4.build()), HasSubstr("unsupported GGUF version 4"));
+  EXPECT_THAT(open_error(v4.build()), HasSubstr("unsupported GGUF version 4 (supported: 2 and 3)"));
+  GgufBuilder big_endian = small_file();
+  big_endian.version = 0x03000000;
+  EXPECT_THAT(open_error(big_endian.build()),
+              HasSubstr("unsupported GGUF version 50331648 (a big-endian file?"));
 }
 
 TEST(GgufErrors, HugeCountsAndLengthsAreRefusedBeforeAllocating) {
