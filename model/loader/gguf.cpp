@@ -306,6 +306,12 @@ std::map<std::string, GgufTensor, std::less<>> parse_tensors(ByteReader& in, uin
   return tensors;
 }
 
+// Closes a file descriptor on every path out of open().
+struct FdGuard {
+  int fd;
+  ~FdGuard() { ::close(fd); }
+};
+
 }  // namespace
 
 std::vector<int64_t> GgufTensor::shape() const { return {ne.rbegin(), ne.rend()}; }
@@ -320,19 +326,13 @@ int64_t GgufTensor::num_elements() const {
   return elements;
 }
 
-// Closes a file descriptor on every path out of open().
-struct GgufFdGuard {
-  int fd;
-  ~GgufFdGuard() { ::close(fd); }
-};
-
 std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) fail(path, "file not found");
     fail(path, std::string("cannot open: ") + std::strerror(errno));
   }
-  const GgufFdGuard guard{fd};
+  const FdGuard guard{fd};
   struct stat st {};
   if (::fstat(fd, &st) != 0) fail(path, std::string("cannot stat: ") + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");

@@ -81,9 +81,9 @@ std::optional<size_t> ggml_row_bytes(uint32_t type, int64_t elements);
 
 struct GgufTensor {
   std::string name;
-  uint32_t type = 0;         // a GgmlType value (maybe one this enum does not name)
-  std::vector<int64_t> ne;   // ggml order: ne[0] is the innermost (contiguous) dimension
-  uint64_t offset = 0;       // within the data section
+  uint32_t type = 0;                // a GgmlType value (maybe one this enum does not name)
+  std::vector<int64_t> ne;          // ggml order: ne[0] is the innermost (contiguous) dimension
+  uint64_t offset = 0;              // within the data section
   const std::byte* data = nullptr;  // into the mapping
   size_t num_bytes = 0;
 
@@ -109,7 +109,7 @@ class GgufFile {
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
 
-  // Metadata in file order of keys sorted by name.
+  // Metadata by key (sorted by name; the file's order is not kept).
   const std::map<std::string, GgufValue, std::less<>>& metadata() const { return metadata_; }
   const GgufValue* find(std::string_view key) const;
 
