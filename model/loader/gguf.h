@@ -72,6 +72,9 @@ enum class GgmlType : uint32_t {
 };
 // "F32", "Q4_K", ...; "type N" for a number it does not know.
 std::string ggml_type_name(uint32_t type);
+// Elements per block (1 for F32, F16, BF16, the integer types; 32 for Q4_0; 256 for Q4_K);
+// nullopt for unknown types.
+std::optional<int64_t> ggml_block_size(uint32_t type);
 // Bytes of a row of `elements` values of `type` (block-quantized types: elements must be a
 // multiple of the block size); nullopt for unknown types or a bad multiple.
 std::optional<size_t> ggml_row_bytes(uint32_t type, int64_t elements);
