@@ -198,16 +198,13 @@ GgufVocab read_vocab(const GgufFile& file) {
   return vocab;
 }
 
-// A special-token id key: nullopt when absent; an error when it is not a token of the vocab.
+// A special-token id key: nullopt when absent or outside the vocabulary. Converters write
+// 4294967295 (-1 as uint32) for "none", and llama.cpp ignores any out-of-range id (keeping its
+// default), so such a value is not an error.
 std::optional<int32_t> special_id(const GgufFile& file, const GgufVocab& vocab,
                                   std::string_view key) {
   const std::optional<int64_t> id = file.get_int(key);
-  if (!id) return std::nullopt;
-  if (*id < 0 || static_cast<uint64_t>(*id) >= vocab.tokens.size()) {
-    fail(file, key,
-         "id " + std::to_string(*id) + " is outside the vocabulary of " +
-             std::to_string(vocab.tokens.size()) + " tokens");
-  }
+  if (!id || *id < 0 || static_cast<uint64_t>(*id) >= vocab.tokens.size()) return std::nullopt;
   return static_cast<int32_t>(*id);
 }
 
@@ -305,7 +302,6 @@ void build(const GgufFile& file, Tokenizer::Impl& impl) {
   const auto unk_id = special_id(file, vocab, "tokenizer.ggml.unknown_token_id");
   impl.bos_token_id = special_id(file, vocab, "tokenizer.ggml.bos_token_id");
   impl.eos_token_id = special_id(file, vocab, "tokenizer.ggml.eos_token_id");
-  special_id(file, vocab, "tokenizer.ggml.padding_token_id");  // validated; not used to encode
   if (!impl.bos_token_id) impl.bos_token_id = default_id(1);
   if (!impl.eos_token_id) impl.eos_token_id = default_id(2);
 

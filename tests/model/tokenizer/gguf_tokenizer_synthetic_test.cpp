@@ -5,17 +5,59 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "model/loader/gguf.h"
 #include "model/loader/model_error.h"
 #include "model/tokenizer/tokenizer.h"
+#include "tests/model/loader/gguf_test_util.h"
 
 namespace pagedserve::model {
 namespace {
 
 using Ids = std::vector<int32_t>;
+using testing::Bytes;
+namespace raw = testing::gguf_raw;
+
+// A metadata-only GGUF file written byte by byte (tests/model/loader/gguf_test_util.h).
+class GgufWriter {
+ public:
+  void add_string(std::string_view key, std::string_view value) {
+    builder_.kv(key, raw::kString, Bytes().str(value));
+  }
+  void add_uint32(std::string_view key, uint32_t value) {
+    builder_.kv(key, raw::kU32, Bytes().u32(value));
+  }
+  void add_bool(std::string_view key, bool value) {
+    builder_.kv(key, raw::kBool, Bytes().u8(value ? 1 : 0));
+  }
+  void add_string_array(std::string_view key, const std::vector<std::string>& values) {
+    Bytes payload;
+    payload.array(raw::kString, values.size());
+    for (const std::string& value : values) payload.str(value);
+    builder_.kv(key, raw::kArray, payload);
+  }
+  void add_float32_array(std::string_view key, const std::vector<float>& values) {
+    Bytes payload;
+    payload.array(raw::kF32, values.size());
+    for (const float value : values) payload.f32(value);
+    builder_.kv(key, raw::kArray, payload);
+  }
+  void add_int32_array(std::string_view key, const std::vector<int32_t>& values) {
+    Bytes payload;
+    payload.array(raw::kI32, values.size());
+    for (const int32_t value : values) payload.u32(static_cast<uint32_t>(value));
+    builder_.kv(key, raw::kArray, payload);
+  }
+  void write(const std::filesystem::path& path) const {
+    std::ofstream(path, std::ios::binary) << builder_.build();
+  }
+
+ private:
+  testing::GgufBuilder builder_;
+};
 
 class GgufTokenizerSynthetic : public ::testing::Test {
  protected:
@@ -72,6 +114,18 @@ TEST_F(GgufTokenizerSynthetic, ByteFallbackUnknownAndDefaults) {
   EXPECT_FALSE(tokenizer.is_special(6));
   // Control tokens are matched whole in the text.
   EXPECT_EQ(tokenizer.encode("ab</s>", false), (Ids{3, 6, 2}));
+}
+
+// Converters write 4294967295 for "no such token"; llama.cpp then keeps its default id.
+TEST_F(GgufTokenizerSynthetic, OutOfRangeSpecialIdsAreIgnored) {
+  GgufWriter writer = llama_vocab(-4, -5);
+  writer.add_uint32("tokenizer.ggml.bos_token_id", 4294967295u);
+  writer.add_uint32("tokenizer.ggml.eos_token_id", 9);  // 9 tokens: ids 0..8
+  writer.add_uint32("tokenizer.ggml.padding_token_id", 4294967295u);
+  const Tokenizer tokenizer = load(writer);
+  EXPECT_EQ(tokenizer.bos_token_id(), 1);
+  EXPECT_EQ(tokenizer.eos_token_id(), 2);
+  EXPECT_EQ(tokenizer.encode("c", true), (Ids{1, 3, 8}));
 }
 
 TEST_F(GgufTokenizerSynthetic, AddBosAndEosKeys) {
@@ -153,9 +207,9 @@ TEST_F(GgufTokenizerSynthetic, BadMetadataNamesFileAndKey) {
   scores_wrong_type.add_string_array("tokenizer.ggml.scores", {"x"});
   expect_error(scores_wrong_type, "tokenizer.ggml.scores");
 
-  GgufWriter bad_bos = llama_vocab(-4, -5);
-  bad_bos.add_uint32("tokenizer.ggml.bos_token_id", 9);  // 9 tokens: ids 0..8
-  expect_error(bad_bos, "tokenizer.ggml.bos_token_id");
+  GgufWriter bos_of_wrong_type = llama_vocab(-4, -5);
+  bos_of_wrong_type.add_string("tokenizer.ggml.bos_token_id", "<s>");
+  expect_error(bos_of_wrong_type, "tokenizer.ggml.bos_token_id");
 
   GgufWriter no_merges;
   no_merges.add_string("tokenizer.ggml.model", "gpt2");

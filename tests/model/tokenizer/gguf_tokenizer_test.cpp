@@ -75,8 +75,10 @@ TEST(GgufTokenizer, DeepseekCoderTestVectors) { expect_test_vectors("deepseek-co
 TEST(GgufTokenizer, DeepseekLlmTestVectors) { expect_test_vectors("deepseek-llm"); }
 
 // The same Llama 2 vocabulary from GGUF (scores) and from Hugging Face's tokenizer.json
-// (merges) tokenizes alike. The tokenizer.json marks <s> etc. normalized (matched only after a
-// "▁"), the GGUF control tokens match anywhere, so texts spelling them are left out.
+// (merges) tokenizes alike. Left out: texts spelling <s> etc. (the tokenizer.json marks them
+// normalized, matched only after a "▁"; GGUF control tokens match anywhere) and texts with
+// U+00A0, because that tokenizer.json's piece 30081 is " " where the GGUF (and SentencePiece's
+// model) has U+00A0.
 TEST(GgufTokenizer, LlamaSpmMatchesHuggingFaceLlama2) {
   const Tokenizer gguf = load_gguf(gguf_dir() / "ggml-vocab-llama-spm.gguf");
   const Tokenizer& hf = llama2_tokenizer();
@@ -90,7 +92,7 @@ TEST(GgufTokenizer, LlamaSpmMatchesHuggingFaceLlama2) {
   size_t compared = 0;
   for (const std::string& text : texts) {
     if (text.find("<s>") != std::string::npos || text.find("</s>") != std::string::npos ||
-        text.find("<unk>") != std::string::npos) {
+        text.find("<unk>") != std::string::npos || text.find("\u00a0") != std::string::npos) {
       continue;
     }
     SCOPED_TRACE(text);
@@ -102,6 +104,8 @@ TEST(GgufTokenizer, LlamaSpmMatchesHuggingFaceLlama2) {
     ++compared;
   }
   EXPECT_GT(compared, 60u);
+  EXPECT_EQ(gguf.id_to_token(30081), "\u00a0");
+  EXPECT_EQ(hf.id_to_token(30081), " ");
   EXPECT_EQ(gguf.vocab_size(), hf.vocab_size());
   EXPECT_EQ(gguf.bos_token_id(), hf.bos_token_id());
   EXPECT_EQ(gguf.eos_token_id(), hf.eos_token_id());

@@ -78,7 +78,12 @@ TEST(SplitPatterns, OneClassPatternsIsolateMatches) {
   EXPECT_EQ(split("ab\u4e2d\u6587c", kCjk), (Pieces{"ab", "\u4e2d\u6587", "c"}));
   EXPECT_EQ(split("x12\u0663y", kNumbers), (Pieces{"x", "12\u0663", "y"}));
   // U+3000 is both whitespace and in the class: \s? takes the first, the class the second.
-  EXPECT_EQ(split("\u3000\u3000a", kDeepseekLlmPunctuation), (Pieces{"\u3000\u3000", "a"}));
+  // (The class's ":-~" includes the ASCII letters, not the digits.)
+  EXPECT_EQ(split("\u3000\u3000"
+                  "1",
+                  kDeepseekLlmPunctuation),
+            (Pieces{"\u3000\u3000", "1"}));
+  EXPECT_EQ(split("1 ab!", kDeepseekLlmPunctuation), (Pieces{"1", " ab!"}));
   // The explicit letter list: Greek and Latin-1 letters are in, CJK and digits are not.
   EXPECT_EQ(split("\u03b1\u03b2 caf\u00e9\u4e2d7", kDeepseekLlmLetters),
             (Pieces{"\u03b1\u03b2", " caf\u00e9", "\u4e2d7"}));
