@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "tests/test_paths.h"
