@@ -178,8 +178,7 @@ inline RopePlan rope_plan(const nlohmann::json& cfg, double base, const nlohmann
 
 class HfReference {
  public:
-  // context_length: see rope_plan (only dynamic and longrope look at it).
-  HfReference(const HfModel& m, int context_length) : m_(m) {
+  explicit HfReference(const HfModel& m) : m_(m) {
     const auto& c = m.config;
     type_ = c.at("model_type").get<std::string>();
     gemma_ = type_ == "gemma2" || type_ == "gemma3_text";
@@ -198,20 +197,8 @@ class HfReference {
     final_softcap_ = optional_number(c, "final_logit_softcapping");
     const double partial = c.value("partial_rotary_factor", 1.0);
     rotary_dim_ = static_cast<int>(head_dim_ * partial);
-    const nlohmann::json scaling = c.value("rope_scaling", nlohmann::json());
-    const double theta = c.value("rope_theta", 10000.0);
     for (int l = 0; l < layers_; ++l) {
-      const bool sliding = layer_is_sliding(l);
-      windows_.push_back(sliding ? c.at("sliding_window").get<int>() : 0);
-      if (type_ == "gemma3_text" && sliding) {  // local layers: plain RoPE, their own base
-        ropes_.push_back(rope_plan(c, c.value("rope_local_base_freq", 10000.0), nullptr,
-                                   rotary_dim_, context_length));
-      } else {
-        ropes_.push_back(rope_plan(c, theta, scaling, rotary_dim_, context_length));
-      }
-      if (type_ == "smollm3" && c.at("no_rope_layers").at(l).get<int>() == 0) {
-        ropes_.back().enabled = false;
-      }
+      windows_.push_back(layer_is_sliding(l) ? c.at("sliding_window").get<int>() : 0);
     }
     keys_.resize(layers_);
     values_.resize(layers_);
@@ -219,8 +206,13 @@ class HfReference {
 
   int window(int layer) const { return windows_[layer]; }
 
-  std::vector<double> next(int32_t token) {
+  // Feeds the token at the next position and returns its logits. forward_length is
+  // max(position_ids) + 1 of the transformers forward that computes this token (the sequence
+  // run alone, chunk by chunk): dynamic NTK and longrope choose their frequencies from it, and
+  // keys already cached keep the rotation of the forward that computed them.
+  std::vector<double> next(int32_t token, int forward_length) {
     const int pos = position_++;
+    const std::vector<RopePlan>& ropes = ropes_for(forward_length);
     const auto& embed = m_.at("model.embed_tokens.weight");
     std::vector<double> x(embed.begin() + static_cast<size_t>(token) * hidden_,
                           embed.begin() + static_cast<size_t>(token + 1) * hidden_);
@@ -229,7 +221,7 @@ class HfReference {
     }
     for (int l = 0; l < layers_; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
-      auto h = attention(l, p, norm(x, p + "input_layernorm.weight"), pos);
+      auto h = attention(l, p, norm(x, p + "input_layernorm.weight"), pos, ropes[l]);
       if (gemma_) h = norm(h, p + "post_attention_layernorm.weight");
       for (int i = 0; i < hidden_; ++i) x[i] += h[i];
       const std::string mlp_norm =
@@ -250,6 +242,28 @@ class HfReference {
  private:
   static double optional_number(const nlohmann::json& c, const char* key) {
     return c.contains(key) && c.at(key).is_number() ? c.at(key).get<double>() : 0.0;
+  }
+
+  // Every layer's RoPE for a forward of `forward_length` tokens.
+  const std::vector<RopePlan>& ropes_for(int forward_length) {
+    auto found = ropes_.find(forward_length);
+    if (found != ropes_.end()) return found->second;
+    const auto& c = m_.config;
+    const nlohmann::json scaling = c.value("rope_scaling", nlohmann::json());
+    std::vector<RopePlan> ropes;
+    for (int l = 0; l < layers_; ++l) {
+      if (type_ == "gemma3_text" && windows_[l] > 0) {  // local layers: plain RoPE, own base
+        ropes.push_back(rope_plan(c, c.value("rope_local_base_freq", 10000.0), nullptr, rotary_dim_,
+                                  forward_length));
+      } else {
+        ropes.push_back(
+            rope_plan(c, c.value("rope_theta", 10000.0), scaling, rotary_dim_, forward_length));
+      }
+      if (type_ == "smollm3" && c.at("no_rope_layers").at(l).get<int>() == 0) {
+        ropes.back().enabled = false;
+      }
+    }
+    return ropes_[forward_length] = std::move(ropes);
   }
 
   // Which layers use the sliding window, as each family's config class decides.
@@ -321,8 +335,8 @@ class HfReference {
     }
   }
 
-  std::vector<double> attention(int l, const std::string& p, const std::vector<double>& h,
-                                int pos) {
+  std::vector<double> attention(int l, const std::string& p, const std::vector<double>& h, int pos,
+                                const RopePlan& rope) {
     const int q_size = heads_ * head_dim_, kv_size = kv_heads_ * head_dim_;
     std::vector<double> q, k, v;
     if (m_.has(p + "self_attn.qkv_proj.weight")) {  // Phi-3: q, k, v stacked in one matrix
@@ -336,8 +350,8 @@ class HfReference {
     }
     head_norm(q, heads_, p + "self_attn.q_norm.weight");
     head_norm(k, kv_heads_, p + "self_attn.k_norm.weight");
-    for (int head = 0; head < heads_; ++head) rotate(&q[head * head_dim_], ropes_[l], pos);
-    for (int head = 0; head < kv_heads_; ++head) rotate(&k[head * head_dim_], ropes_[l], pos);
+    for (int head = 0; head < heads_; ++head) rotate(&q[head * head_dim_], rope, pos);
+    for (int head = 0; head < kv_heads_; ++head) rotate(&k[head * head_dim_], rope, pos);
     keys_[l].push_back(k);
     values_[l].push_back(v);
     // HF's sliding mask: kv_idx > q_idx - sliding_window (the window includes the query).
@@ -392,8 +406,8 @@ class HfReference {
   bool gemma_ = false;
   int hidden_, layers_, heads_, kv_heads_, head_dim_, ffn_, vocab_, rotary_dim_;
   double eps_, scale_, attn_softcap_, final_softcap_;
-  std::vector<int> windows_;  // per layer; 0 = full attention
-  std::vector<RopePlan> ropes_;
+  std::vector<int> windows_;                    // per layer; 0 = full attention
+  std::map<int, std::vector<RopePlan>> ropes_;  // by forward length
   int position_ = 0;
   std::vector<std::vector<std::vector<double>>> keys_, values_;  // [layer][pos][kv_heads*hd]
 };

@@ -4,17 +4,20 @@
 // lengths, prompts fed in 1-3 chunks then decoded token by token, sequences joining mid-run,
 // prompts longer than the sliding window, block size 4 with shuffled block tables.
 //
-// Two RoPE types make the frequencies depend on the length of the transformers forward pass,
-// so the sequences here are shaped to where every reading of them agrees:
+// The reference is transformers running each sequence alone, forward by forward with the same
+// chunks as the engine (as generate() does with a cache). Two RoPE types depend on the forward:
+// - longrope (Phi-3): long_factor when the forward's max(position)+1 exceeds
+//   original_max_position_embeddings, else short_factor; keys already cached keep the rotation
+//   they were stored with. (Batched, transformers takes that max over the padded batch and vLLM
+//   over every position in the batch, so a sequence's logits would depend on its neighbours;
+//   per sequence is the reading where they do not.) Tested with every sequence within the
+//   original length, with every first chunk beyond it, and with sequences crossing it.
 // - dynamic NTK: transformers recomputes the base per forward from max(position)+1 (clamped below
-//   at max_position_embeddings); a cache built by earlier forwards keeps keys rotated with older
-//   bases. vLLM (and this engine) use one base, the one transformers computes for a forward of
-//   max_position_embeddings * factor tokens. The test feeds sequences of exactly that length and
-//   compares every row with transformers' single forward over the whole sequence.
-// - longrope (Phi-3): transformers uses long_factor when the forward's max(position)+1 exceeds
-//   original_max_position_embeddings, else short_factor. One test keeps every sequence within the
-//   original length (short factors throughout); another makes every sequence's first chunk longer
-//   than it (long factors from the first forward on).
+//   at max_position_embeddings), leaving older keys rotated with older bases. vLLM (and this
+//   engine) use one base, the one transformers computes for a forward of
+//   max_position_embeddings * factor tokens: the test feeds sequences of exactly that length
+//   and compares every row with transformers' single forward over the whole sequence. Shorter
+//   sequences differ from transformers by design and are not tested.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,6 +50,7 @@ struct RunSpec {
   int first_chunk_min = 1;  // each sequence's first forward covers at least this many tokens
   int block_size = 4;
   uint32_t seed = 1;
+  bool whole_sequence_rope = false;  // reference RoPE from one forward over the whole sequence
   kernels::Isa isa = kernels::best_isa();
   kernels::ThreadPool* pool = nullptr;
 };
@@ -128,8 +132,17 @@ void run_and_compare(const HfModel& hf, const std::filesystem::path& dir, const 
     s.chunks = schedule(static_cast<int>(s.tokens.size()), spec.first_chunk_min, rng);
     s.start_step = i == 0 ? 0 : std::uniform_int_distribution<int>(0, 2)(rng);
     blocks_needed += (static_cast<int>(s.tokens.size()) + spec.block_size - 1) / spec.block_size;
-    HfReference reference(hf, static_cast<int>(s.tokens.size()));
-    for (int32_t t : s.tokens) s.reference_logits.push_back(reference.next(t));
+    HfReference reference(hf);
+    int done = 0;
+    for (int chunk : s.chunks) {
+      // Dynamic NTK: one forward over the whole sequence (see the top); else forward by forward.
+      const int forward_length =
+          spec.whole_sequence_rope ? static_cast<int>(s.tokens.size()) : done + chunk;
+      for (int i = 0; i < chunk; ++i) {
+        s.reference_logits.push_back(reference.next(s.tokens[done + i], forward_length));
+      }
+      done += chunk;
+    }
   }
   const int num_blocks = 2 * blocks_needed + 3;
   std::vector<int32_t> free_blocks(num_blocks);
@@ -244,7 +257,8 @@ TEST(FamilyReference, LlamaLinearRopeScaling) {
 TEST(FamilyReference, LlamaDynamicRopeScalingAtFullLength) {
   HfModel hf = ref::llama_model(4, {{"type", "dynamic"}, {"factor", 2.0}});
   hf.config["max_position_embeddings"] = 12;
-  expect_batches_match(hf, {.min_len = 24, .max_len = 24, .seed = 400});
+  expect_batches_match(hf,
+                       {.min_len = 24, .max_len = 24, .seed = 400, .whole_sequence_rope = true});
 }
 
 // YaRN: factor 4 from an original 64 (max_position_embeddings 256); with head_dim 16 and
@@ -328,6 +342,13 @@ TEST(FamilyReference, Phi3LongRopeLongFactorsAndSlidingWindow) {
                        {.min_len = 17, .max_len = 30, .first_chunk_min = 17, .seed = 1200});
 }
 
+// Sequences from 8 to 30 tokens in random chunks: forwards up to 16 tokens use short factors,
+// later ones long factors against keys cached with short ones, as in transformers.
+TEST(FamilyReference, Phi3LongRopeCrossingTheOriginalLength) {
+  expect_batches_match(ref::phi3_model(20, 16, 6, false),
+                       {.min_len = 8, .max_len = 30, .seed = 2000});
+}
+
 TEST(FamilyReference, Phi4MiniPartialRotaryTied) {
   expect_batches_match(ref::phi3_model(13, 16, 64, true),
                        {.min_len = 1, .max_len = 16, .seed = 1300});
@@ -364,11 +385,11 @@ double reference_difference(const HfModel& a, const HfModel& b, int length, int 
                             int context_b) {
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> token(0, a.config.at("vocab_size").get<int>() - 1);
-  HfReference ra(a, context_a), rb(b, context_b);
+  HfReference ra(a), rb(b);
   double worst = 0;
   for (int i = 0; i < length; ++i) {
     const int32_t t = token(rng);
-    const auto la = ra.next(t), lb = rb.next(t);
+    const auto la = ra.next(t, context_a), lb = rb.next(t, context_b);
     for (size_t v = 0; v < la.size(); ++v) {
       worst = std::max(worst, std::abs(la[v] - lb[v]) / std::max(1.0, std::abs(lb[v])));
     }
