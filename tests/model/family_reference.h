@@ -23,6 +23,10 @@
 
 namespace pagedserve::testing {
 
+// How far the engine's float32 logits may be from the double-precision reference, relative to
+// the row's largest |logit| (at least 1). Measured worst (2026-12-01): 1.1e-6.
+constexpr double kFamilyTolerance = 1e-4;
+
 struct HfTensor {
   std::vector<int64_t> shape;
   std::vector<float> values;
