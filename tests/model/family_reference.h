@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -44,14 +45,45 @@ struct HfModel {
     return it->second.values;
   }
 
-  void write(const std::filesystem::path& dir) const {
+  // Writes config.json and model.safetensors with every tensor in `dtype` ("F32", "F16" or
+  // "BF16"; 16-bit ones must hold values from rounded_to, which convert exactly).
+  void write(const std::filesystem::path& dir, const std::string& dtype = "F32") const {
     model::testing::write_json(dir / "config.json", config);
     std::vector<model::testing::RawTensor> raw;
     for (const auto& [name, t] : tensors) {
-      raw.push_back({name, "F32", t.shape, model::testing::f32_bytes(t.values)});
+      if (dtype == "F32") {
+        raw.push_back({name, dtype, t.shape, model::testing::f32_bytes(t.values)});
+        continue;
+      }
+      std::vector<uint16_t> bits;
+      for (float v : t.values) bits.push_back(dtype == "BF16" ? bf16_bits(v) : f16_bits(v));
+      raw.push_back({name, dtype, t.shape, model::testing::u16_bytes(bits)});
     }
     model::testing::write_safetensors(dir / "model.safetensors", raw);
   }
+
+  // A copy whose tensors hold values representable in `dtype` ("F16" or "BF16", round to
+  // nearest even) and whose config says so (torch_dtype), as a 16-bit checkpoint is.
+  HfModel rounded_to(const std::string& dtype) const {
+    HfModel out = *this;
+    out.config["torch_dtype"] = dtype == "BF16" ? "bfloat16" : "float16";
+    for (auto& [name, t] : out.tensors) {
+      for (float& v : t.values) v = round_to(v, dtype);
+    }
+    return out;
+  }
+
+  static float round_to(float v, const std::string& dtype) {
+    if (dtype == "F16") return static_cast<float>(static_cast<_Float16>(v));
+    return std::bit_cast<float>(static_cast<uint32_t>(bf16_bits(v)) << 16);
+  }
+
+ private:
+  static uint16_t bf16_bits(float v) {
+    const auto bits = std::bit_cast<uint32_t>(v);
+    return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+  }
+  static uint16_t f16_bits(float v) { return std::bit_cast<uint16_t>(static_cast<_Float16>(v)); }
 };
 
 // Seeded random tensors with sizes that keep activations O(1) through a few layers.
@@ -220,8 +252,13 @@ class HfReference {
     const auto& embed = m_.at("model.embed_tokens.weight");
     std::vector<double> x(embed.begin() + static_cast<size_t>(token) * hidden_,
                           embed.begin() + static_cast<size_t>(token + 1) * hidden_);
-    if (gemma_) {
-      for (double& v : x) v *= std::sqrt(static_cast<double>(hidden_));
+    if (gemma_) {  // transformers: the normalizer is a tensor of the model's dtype
+      double normalizer = std::sqrt(static_cast<double>(hidden_));
+      const std::string dtype = m_.config.value("torch_dtype", std::string("float32"));
+      if (dtype == "bfloat16")
+        normalizer = HfModel::round_to(static_cast<float>(normalizer), "BF16");
+      if (dtype == "float16") normalizer = HfModel::round_to(static_cast<float>(normalizer), "F16");
+      for (double& v : x) v *= normalizer;
     }
     for (int l = 0; l < layers_; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";

@@ -108,6 +108,9 @@ TEST(FamilyReference, EveryFeatureChangesTheReferenceLogits) {
       [](HfModel& m) { m.config["query_pre_attn_scalar"] = 16; });
   add("gemma2 sliding window", ref::gemma2_model(15, 5),
       [](HfModel& m) { m.config["sliding_window"] = nullptr; });
+  // sqrt(40) = 6.3246 is 6.3125 in bfloat16.
+  add("gemma2 normalizer rounded to bfloat16", ref::gemma2_model(15, 5, 40).rounded_to("BF16"),
+      [](HfModel& m) { m.config["torch_dtype"] = "float32"; });
   add("gemma3 local rope base", ref::gemma3_model(16, 5),
       [](HfModel& m) { m.config["rope_local_base_freq"] = 1000000.0; });
   add("gemma3 global linear scaling", ref::gemma3_model(16, 5), no_scaling);

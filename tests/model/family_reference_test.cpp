@@ -50,6 +50,7 @@ struct RunSpec {
   int first_chunk_min = 1;  // each sequence's first forward covers at least this many tokens
   int block_size = 4;
   uint32_t seed = 1;
+  std::string dtype = "F32";         // of the checkpoint written
   bool whole_sequence_rope = false;  // reference RoPE from one forward over the whole sequence
   kernels::Isa isa = kernels::best_isa();
   kernels::ThreadPool* pool = nullptr;
@@ -190,9 +191,10 @@ void run_and_compare(const HfModel& hf, const std::filesystem::path& dir, const 
 void expect_engine_matches_reference(const HfModel& hf, const RunSpec& spec) {
   SCOPED_TRACE(hf.config.at("architectures")[0].get<std::string>() + " " +
                std::to_string(spec.num_seqs) + " seqs, seed " + std::to_string(spec.seed) + ", " +
-               kernels::isa_name(spec.isa) + (spec.pool ? ", 3 threads" : ", 1 thread"));
+               kernels::isa_name(spec.isa) + (spec.pool ? ", 3 threads" : ", 1 thread") + ", " +
+               spec.dtype);
   TempDir dir;
-  hf.write(dir.path());
+  hf.write(dir.path(), spec.dtype);
   try {
     run_and_compare(hf, dir.path(), spec);
   } catch (const std::exception& e) {
@@ -376,6 +378,40 @@ TEST(FamilyReference, Gemma3ExplicitLayerTypes) {
 
 TEST(FamilyReference, SmolLM3NoRopeLayers) {
   expect_batches_match(ref::smollm3_model(18), {.max_len = 20, .seed = 1800});
+}
+
+// ---- 16-bit checkpoints ----
+
+// Every family from BF16 and F16 safetensors (as they ship): the engine keeps the matrices
+// 16-bit and widens them exactly, so the reference runs on the same rounded values. Gemma's
+// embedding normalizer is rounded to the checkpoint dtype, as transformers does.
+TEST(FamilyReference, SixteenBitCheckpointsOfEveryFamily) {
+  HfModel yarn = ref::llama_model(
+      30, {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}});
+  yarn.config["max_position_embeddings"] = 256;
+  yarn.config["attention_bias"] = true;
+  yarn.config["mlp_bias"] = true;
+  yarn.tensors.clear();
+  ref::add_tensors(yarn, {}, {.qkv_bias = true, .o_bias = true, .mlp_bias = true}, false, 30);
+  const std::vector<HfModel> models = {
+      yarn,
+      ref::mistral_model(31, 5),
+      ref::qwen2_model(32),
+      ref::qwen3_model(33),
+      ref::phi3_model(34, 16, 6, false),
+      ref::phi3_model(35, 16, 64, true),
+      ref::gemma2_model(36, 5, 40),  // hidden 40: a normalizer that bfloat16 rounds by 0.2%
+      ref::gemma3_model(37, 5),
+      ref::smollm3_model(38),
+  };
+  for (const std::string dtype : {"BF16", "F16"}) {
+    for (const HfModel& hf : models) {
+      expect_engine_matches_reference(
+          hf.rounded_to(dtype),
+          {.num_seqs = 4, .min_len = 6, .max_len = 22, .seed = 3000, .dtype = dtype});
+      if (HasFailure()) return;
+    }
+  }
 }
 
 // ---- Refusal ----
