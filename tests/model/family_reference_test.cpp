@@ -301,6 +301,16 @@ TEST(FamilyReference, MistralSlidingWindowShorterThanPrompts) {
   expect_batches_match(ref::mistral_model(8, 5), {.min_len = 6, .max_len = 22, .seed = 800});
 }
 
+// Mistral 7B v0.2/v0.3 style: "sliding_window": null and "head_dim": null (hidden / heads).
+TEST(FamilyReference, MistralNullSlidingWindowAndHeadDim) {
+  HfModel hf = ref::mistral_model(23, 5);
+  hf.config["sliding_window"] = nullptr;
+  hf.config["head_dim"] = nullptr;
+  hf.tensors.clear();
+  ref::add_tensors(hf, {}, {}, false, 23);  // FamilyShape{}: head_dim 12 = 48 / 4
+  expect_batches_match(hf, {.max_len = 20, .seed = 2300});
+}
+
 TEST(FamilyReference, Qwen2BiasesTiedEmbeddingsSlidingWindowOff) {
   expect_batches_match(ref::qwen2_model(9), {.min_len = 5, .max_len = 20, .seed = 900});
 }
@@ -435,6 +445,20 @@ TEST(FamilyReference, UnknownArchitectureIsNamedWithTheSupportedOnes) {
       EXPECT_NE(message.find(supported), std::string::npos)
           << "not listed: " << supported << " in: " << message;
     }
+  }
+}
+
+TEST(FamilyReference, UnknownRopeTypeIsNamed) {
+  HfModel hf = ref::llama_model(24, {{"rope_type", "foo_rope"}, {"factor", 2.0}});
+  TempDir dir;
+  hf.write(dir.path());
+  try {
+    (void)open_llama_checkpoint(dir.path());
+    FAIL() << "an unknown rope_scaling type was accepted";
+  } catch (const ModelError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("foo_rope"), std::string::npos) << message;
+    EXPECT_NE(message.find("config.json"), std::string::npos) << message;
   }
 }
 
