@@ -293,7 +293,14 @@ class HfReference {
     const nlohmann::json scaling = c.value("rope_scaling", nlohmann::json());
     std::vector<RopePlan> ropes;
     for (int l = 0; l < layers_; ++l) {
-      if (type_ == "gemma3_text" && windows_[l] > 0) {  // local layers: plain RoPE, own base
+      if (c.contains("rope_parameters")) {  // transformers 5: theta and scaling in one object
+        nlohmann::json p = c.at("rope_parameters");
+        if (p.contains("full_attention")) {  // Gemma 3: one object per layer type
+          p = p.at(windows_[l] > 0 ? "sliding_attention" : "full_attention");
+        }
+        ropes.push_back(
+            rope_plan(c, p.at("rope_theta").get<double>(), p, rotary_dim_, forward_length));
+      } else if (type_ == "gemma3_text" && windows_[l] > 0) {  // local: plain RoPE, own base
         ropes.push_back(rope_plan(c, c.value("rope_local_base_freq", 10000.0), nullptr, rotary_dim_,
                                   forward_length));
       } else {
