@@ -326,7 +326,7 @@ namespace pagedserve::model {
 const char* supported_architectures() {
   return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
          "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
-         "SmolLM3ForCausalLM";
+         "Gemma3ForConditionalGeneration (its text model), SmolLM3ForCausalLM";
 }
 
 }  // namespace pagedserve::model

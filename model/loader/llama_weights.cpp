@@ -94,6 +94,16 @@ void open_hf_norms(const WeightStore& store, const ModelConfig& c, const std::st
   }
 }
 
+// Where the text model's tensors sit: "model." in a causal LM; under the language model of a
+// multimodal checkpoint (Gemma 3 4B+: "language_model.model." as transformers < 4.52 saved
+// it, "model.language_model." after).
+std::string text_model_root(const WeightStore& store) {
+  for (const char* root : {"model.", "language_model.model.", "model.language_model."}) {
+    if (store.find(std::string(root) + "embed_tokens.weight") != nullptr) return root;
+  }
+  return "model.";  // the error will name model.embed_tokens.weight
+}
+
 bool is_gguf_path(const std::filesystem::path& path) {
   std::error_code ec;
   return path.extension() == ".gguf" && std::filesystem::is_regular_file(path, ec);
@@ -142,17 +152,18 @@ LlamaCheckpoint open_hf_checkpoint(const std::filesystem::path& model_dir) {
 
   const int64_t hidden = c.hidden_size;
   const int64_t vocab = c.vocab_size;
-  checkpoint.embed_tokens = &store.require("model.embed_tokens.weight", {vocab, hidden});
+  const std::string root = text_model_root(store);
+  checkpoint.embed_tokens = &store.require(root + "embed_tokens.weight", {vocab, hidden});
   // No reserve(num_hidden_layers): the count is untrusted until the tensors are found, and a
   // config claiming 2^31 layers must end in "missing tensor", not a huge allocation.
   for (int i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string prefix = "model.layers." + std::to_string(i) + ".";
+    const std::string prefix = root + "layers." + std::to_string(i) + ".";
     LlamaLayerTensors& layer = checkpoint.layers.emplace_back();
     open_hf_norms(store, c, prefix, layer);
     open_hf_attention(store, c, prefix, layer);
     open_hf_mlp(store, c, prefix, layer);
   }
-  checkpoint.final_norm = &store.require("model.norm.weight", {hidden});
+  checkpoint.final_norm = &store.require(root + "norm.weight", {hidden});
   // Tied checkpoints sometimes still carry a copy of lm_head.weight; the config decides.
   if (!c.tie_word_embeddings)
     checkpoint.lm_head = &store.require("lm_head.weight", {vocab, hidden});

@@ -38,13 +38,82 @@ void read_token_ids(const ConfigReader& reader, ModelConfig& config) {
   }
 }
 
+// Gemma 3's multimodal checkpoints (4B and up) nest the text model's config in text_config,
+// which lists only what differs from Gemma3TextConfig's defaults: rebuild the config a
+// Gemma3ForCausalLM of the same weights would have.
+json text_config_of_multimodal(const json& root) {
+  const auto architectures = root.find("architectures");
+  if (architectures == root.end() || !architectures->is_array()) return root;
+  bool multimodal = false;
+  for (const json& name : *architectures) {
+    multimodal = multimodal || name == "Gemma3ForConditionalGeneration";
+  }
+  if (!multimodal) return root;
+  json text = {{"hidden_size", 2304},
+               {"intermediate_size", 9216},
+               {"num_hidden_layers", 26},
+               {"num_attention_heads", 8},
+               {"num_key_value_heads", 4},
+               {"head_dim", 256},
+               {"vocab_size", 262208},
+               {"rms_norm_eps", 1e-6},
+               {"rope_theta", 1000000.0},
+               {"rope_local_base_freq", 10000.0},
+               {"query_pre_attn_scalar", 256},
+               {"sliding_window", 4096},
+               {"max_position_embeddings", 131072},
+               {"hidden_activation", "gelu_pytorch_tanh"}};
+  if (const auto nested = root.find("text_config"); nested != root.end() && nested->is_object()) {
+    text.update(*nested);
+  }
+  text["architectures"] = json::array({"Gemma3ForCausalLM"});
+  text["model_type"] = "gemma3_text";
+  for (const char* inherited : {"torch_dtype", "dtype", "eos_token_id", "bos_token_id"}) {
+    if (!text.contains(inherited) && root.contains(inherited)) text[inherited] = root[inherited];
+  }
+  return text;
+}
+
+// transformers 5 folds rope_theta and rope_scaling into rope_parameters (one object, or one per
+// layer type for Gemma 3): rewrite it into the older fields the family readers know.
+void unfold_rope_parameters(json& config) {
+  const auto found = config.find("rope_parameters");
+  if (found == config.end() || !found->is_object()) return;
+  const json parameters = *found;
+  const auto apply = [&](const json& p) {
+    if (!p.is_object()) return;
+    if (p.contains("rope_theta")) config["rope_theta"] = p["rope_theta"];
+    if (p.contains("partial_rotary_factor")) {
+      config["partial_rotary_factor"] = p["partial_rotary_factor"];
+    }
+    json scaling = p;
+    scaling.erase("rope_theta");
+    scaling.erase("partial_rotary_factor");
+    const std::string type = scaling.value("rope_type", scaling.value("type", "default"));
+    if (type != "default") config["rope_scaling"] = scaling;
+  };
+  if (parameters.contains("full_attention") || parameters.contains("sliding_attention")) {
+    if (parameters.contains("full_attention")) apply(parameters["full_attention"]);
+    const json local = parameters.value("sliding_attention", json::object());
+    if (local.is_object() && local.contains("rope_theta")) {
+      config["rope_local_base_freq"] = local["rope_theta"];
+    }
+  } else {
+    apply(parameters);
+  }
+}
+
 }  // namespace
 
 ModelConfig load_model_config(const std::filesystem::path& config_json) {
-  const json root = detail::read_json_file(config_json);
+  const json file_root = detail::read_json_file(config_json);
+  if (!file_root.is_object()) {
+    throw ModelError(config_json.string() + ": top level must be a JSON object, got " +
+                     detail::json_kind(file_root));
+  }
+  json root = text_config_of_multimodal(file_root);
+  unfold_rope_parameters(root);
   const ConfigReader reader(config_json, root);
-  if (!root.is_object())
-    reader.fail("top level must be a JSON object, got " + detail::json_kind(root));
 
   ModelConfig config;
   const detail::FamilyReader& family = detail::find_family(reader, config);

@@ -32,6 +32,25 @@ TEST(LlmEngine, GreedyStoriesContinuationIsTheKnownStory) {
   expect_all_blocks_free(engine);
 }
 
+// The same trained model as a GGUF file (llama.cpp's interleaved Q/K rows, its tokenizer in the
+// metadata): the same tokens, the same story, token for token the HF folder's output.
+TEST(LlmEngine, GgufFileServesTheSameStoryAsTheHuggingFaceFolder) {
+  EngineConfig gguf_config = stories_config();
+  gguf_config.model_dir = pagedserve::testing::shared_dir() / "models" / "stories260K.gguf";
+  LlmEngine gguf(gguf_config);
+  LlmEngine hf(stories_config());
+  const std::vector<int32_t> prompt = gguf.tokenizer().encode("Once upon a time");
+  ASSERT_EQ(prompt, hf.tokenizer().encode("Once upon a time"));
+  const uint64_t gguf_id = gguf.add_request(prompt, greedy(40));
+  const uint64_t hf_id = hf.add_request(prompt, greedy(40));
+  auto gguf_done = run_to_completion(gguf);
+  auto hf_done = run_to_completion(hf);
+  EXPECT_EQ(gguf_done[gguf_id].tokens(), hf_done[hf_id].tokens());
+  const std::string text = gguf.tokenizer().decode(gguf_done[gguf_id].tokens(), true);
+  EXPECT_EQ(text.rfind(", there was a little girl named Lily.", 0), 0u) << text;
+  expect_all_blocks_free(gguf);
+}
+
 std::vector<std::vector<int32_t>> generate_each_alone(const EngineConfig& config, int max_tokens) {
   std::vector<std::vector<int32_t>> outputs;
   for (const std::string& prompt : kPrompts) {

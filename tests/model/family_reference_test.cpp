@@ -379,6 +379,32 @@ TEST(FamilyReference, Gemma3FiveLocalOneGlobal) {
   expect_batches_match(ref::gemma3_model(16, 5), {.min_len = 6, .max_len = 22, .seed = 1600});
 }
 
+// Gemma 3 4B and up ship as Gemma3ForConditionalGeneration: the text model's config nested in
+// text_config, its tensors under language_model.model. (transformers < 4.52) or
+// model.language_model. (after), beside a vision tower the engine ignores.
+TEST(FamilyReference, Gemma3MultimodalCheckpointServesItsTextModel) {
+  const HfModel text = ref::gemma3_model(18, 5);
+  for (const std::string root : {"language_model.model.", "model.language_model."}) {
+    SCOPED_TRACE(root);
+    HfModel multimodal;
+    multimodal.config = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+                         {"model_type", "gemma3"},
+                         {"text_config", text.config},
+                         {"vision_config", {{"hidden_size", 8}}}};
+    multimodal.config["text_config"].erase("architectures");
+    for (const auto& [name, tensor] : text.tensors) {
+      const bool in_text_model = name.rfind("model.", 0) == 0;
+      multimodal.tensors.emplace(in_text_model ? root + name.substr(6) : name, tensor);
+    }
+    multimodal.tensors.emplace("vision_tower.vision_model.post_layernorm.weight",
+                               text.tensors.at("model.norm.weight"));
+    TempDir dir;
+    multimodal.write(dir.path());
+    run_and_compare(text, dir.path(), {.num_seqs = 3, .min_len = 6, .max_len = 20, .seed = 1800});
+    if (HasFailure()) return;
+  }
+}
+
 TEST(FamilyReference, Gemma3ExplicitLayerTypes) {
   const nlohmann::json layer_types = {"full_attention", "sliding_attention", "full_attention"};
   HfModel hf = ref::gemma3_model(17, 4, layer_types);
@@ -422,6 +448,32 @@ TEST(FamilyReference, SixteenBitCheckpointsOfEveryFamily) {
       if (HasFailure()) return;
     }
   }
+}
+
+// ---- transformers 5 configs ----
+
+// config.json as transformers 5 saves it: rope_theta and rope_scaling folded into
+// rope_parameters (per layer type for Gemma 3).
+TEST(FamilyReference, Transformers5RopeParameters) {
+  ref::FamilyShape s16{.hidden = 64, .heads = 4, .kv_heads = 1, .head_dim = 16};
+  HfModel llama3 = ref::llama_model(40, nullptr, s16);
+  llama3.config.erase("rope_scaling");
+  llama3.config.erase("rope_theta");
+  llama3.config["rope_parameters"] = {
+      {"rope_type", "llama3"},   {"rope_theta", 500.0},
+      {"factor", 8.0},           {"low_freq_factor", 1.0},
+      {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};
+  llama3.config["max_position_embeddings"] = 512;
+  expect_batches_match(llama3, {.max_len = 24, .seed = 4000});
+  if (HasFailure()) return;
+  HfModel gemma3 = ref::gemma3_model(41, 5);
+  gemma3.config.erase("rope_scaling");
+  gemma3.config.erase("rope_theta");
+  gemma3.config.erase("rope_local_base_freq");
+  gemma3.config["rope_parameters"] = {
+      {"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1000000.0}}},
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+  expect_batches_match(gemma3, {.min_len = 6, .max_len = 22, .seed = 4100});
 }
 
 // ---- Refusal ----

@@ -203,9 +203,9 @@ TEST(ModelConfig, UnsupportedArchitecture) {
   config["architectures"] = {"GPT2LMHeadModel"};
   const std::string message = config_error(config);
   EXPECT_THAT(message, HasSubstr("config.json: unsupported architecture GPT2LMHeadModel"));
-  for (const char* supported : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                                "Qwen3ForCausalLM", "Phi3ForCausalLM", "Gemma2ForCausalLM",
-                                "Gemma3ForCausalLM", "SmolLM3ForCausalLM"}) {
+  for (const char* supported :
+       {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+        "Phi3ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM", "SmolLM3ForCausalLM"}) {
     EXPECT_THAT(message, HasSubstr(supported));
   }
   config.erase("architectures");
@@ -241,8 +241,10 @@ TEST(ModelConfig, FamilySwitchesFollowTheirConfigClasses) {
   nlohmann::json config = TinyLlama{}.config();
   config["attention_bias"] = true;
   config["mlp_bias"] = true;
-  config["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0},
-                            {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+  config["rope_scaling"] = {{"rope_type", "llama3"},
+                            {"factor", 8.0},
+                            {"low_freq_factor", 1.0},
+                            {"high_freq_factor", 4.0},
                             {"original_max_position_embeddings", 8192}};
   ModelConfig c = config_of(config);
   EXPECT_TRUE(c.qkv_bias && c.o_bias && c.mlp_bias);
@@ -264,6 +266,41 @@ TEST(ModelConfig, FamilySwitchesFollowTheirConfigClasses) {
   ASSERT_EQ(static_cast<int>(c.layers.size()), c.num_hidden_layers);
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     EXPECT_EQ(c.layers[i].sliding_window, i % 2 == 0 ? 4 : 0) << "layer " << i;
+  }
+}
+
+TEST(ModelConfig, Gemma3MultimodalReadsItsTextConfigOverTheClassDefaults) {
+  // The shape of google/gemma-3-4b-it's config.json: text_config lists only what differs.
+  const nlohmann::json config = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+                                 {"model_type", "gemma3"},
+                                 {"torch_dtype", "bfloat16"},
+                                 {"eos_token_id", {1, 106}},
+                                 {"text_config",
+                                  {{"hidden_size", 2560},
+                                   {"intermediate_size", 10240},
+                                   {"model_type", "gemma3_text"},
+                                   {"num_hidden_layers", 34},
+                                   {"rope_scaling", {{"factor", 8.0}, {"rope_type", "linear"}}},
+                                   {"sliding_window", 1024}}},
+                                 {"vision_config", {{"hidden_size", 1152}}}};
+  const ModelConfig c = config_of(config);
+  EXPECT_EQ(c.architecture, "Gemma3ForCausalLM");
+  EXPECT_EQ(c.hidden_size, 2560);
+  EXPECT_EQ(c.num_attention_heads, 8);  // Gemma3TextConfig's defaults
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.vocab_size, 262208);
+  EXPECT_FLOAT_EQ(c.rope_theta, 1e6f);
+  EXPECT_FLOAT_EQ(c.attention_scale, 1.0f / 16.0f);
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int>{1, 106}));
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kLinear);
+  EXPECT_TRUE(c.qk_norm && c.sandwich_norms && c.tie_word_embeddings);
+  ASSERT_EQ(c.layers.size(), 34u);
+  for (int i = 0; i < 34; ++i) {
+    const bool global = (i + 1) % 6 == 0;
+    EXPECT_EQ(c.layers[i].sliding_window, global ? 0 : 1024) << "layer " << i;
+    EXPECT_EQ(c.layers[i].local_rope, !global) << "layer " << i;
   }
 }
 
