@@ -5,60 +5,19 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "model/loader/gguf.h"
 #include "model/loader/model_error.h"
 #include "model/tokenizer/tokenizer.h"
-#include "tests/model/loader/gguf_test_util.h"
+#include "tests/model/tokenizer/gguf_vocab_file.h"
 
 namespace pagedserve::model {
 namespace {
 
 using Ids = std::vector<int32_t>;
-using testing::Bytes;
-namespace raw = testing::gguf_raw;
-
-// A metadata-only GGUF file written byte by byte (tests/model/loader/gguf_test_util.h), so
-// these tests do not depend on model/loader's GgufWriter.
-class VocabFile {
- public:
-  void add_string(std::string_view key, std::string_view value) {
-    builder_.kv(key, raw::kString, Bytes().str(value));
-  }
-  void add_uint32(std::string_view key, uint32_t value) {
-    builder_.kv(key, raw::kU32, Bytes().u32(value));
-  }
-  void add_bool(std::string_view key, bool value) {
-    builder_.kv(key, raw::kBool, Bytes().u8(value ? 1 : 0));
-  }
-  void add_string_array(std::string_view key, const std::vector<std::string>& values) {
-    Bytes payload;
-    payload.array(raw::kString, values.size());
-    for (const std::string& value : values) payload.str(value);
-    builder_.kv(key, raw::kArray, payload);
-  }
-  void add_float32_array(std::string_view key, const std::vector<float>& values) {
-    Bytes payload;
-    payload.array(raw::kF32, values.size());
-    for (const float value : values) payload.f32(value);
-    builder_.kv(key, raw::kArray, payload);
-  }
-  void add_int32_array(std::string_view key, const std::vector<int32_t>& values) {
-    Bytes payload;
-    payload.array(raw::kI32, values.size());
-    for (const int32_t value : values) payload.u32(static_cast<uint32_t>(value));
-    builder_.kv(key, raw::kArray, payload);
-  }
-  void write(const std::filesystem::path& path) const {
-    std::ofstream(path, std::ios::binary) << builder_.build();
-  }
-
- private:
-  testing::GgufBuilder builder_;
-};
+using testing::VocabFile;
 
 class GgufTokenizerSynthetic : public ::testing::Test {
  protected:
