@@ -8,6 +8,7 @@
 #include "actors/cpu_executor.h"
 #include "actors/sim_executor.h"
 #include "cache/kv_cache_sizing.h"
+#include "model/loader/gguf.h"
 #include "model/loader/llama_weights.h"
 #ifdef PAGEDSERVE_HAVE_CUDA
 #include "actors/cuda/cuda_executor.h"
@@ -50,7 +51,7 @@ EngineSetup set_up_sim_engine(EngineSetup setup) {
   EngineConfig& config = setup.config;
   SimProfile profile = load_sim_profile(config.sim_profile);
   setup.tokenizer =
-      std::make_shared<const model::Tokenizer>(model::Tokenizer::from_dir(config.model_dir));
+      std::make_shared<const model::Tokenizer>(model::Tokenizer::from_model(config.model_dir));
   profile.vocab_size = setup.tokenizer->vocab_size();
   if (config.max_model_len <= 0) config.max_model_len = profile.max_model_len;
   profile.max_model_len = config.max_model_len;
@@ -158,8 +159,9 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
   // The CPU executor packs straight from the mapped checkpoint (16-bit weights stay 16-bit);
   // the CUDA one takes float weights and converts them on the device.
   const model::LlamaCheckpoint checkpoint = model::open_llama_checkpoint(config.model_dir);
-  setup.tokenizer =
-      std::make_shared<const model::Tokenizer>(model::Tokenizer::from_dir(config.model_dir));
+  setup.tokenizer = std::make_shared<const model::Tokenizer>(
+      checkpoint.gguf ? model::Tokenizer::from_gguf(*checkpoint.gguf)
+                      : model::Tokenizer::from_dir(config.model_dir));
   const model::ModelConfig& mc = checkpoint.config;
   if (config.max_model_len <= 0) config.max_model_len = mc.max_position_embeddings;
 

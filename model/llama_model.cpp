@@ -106,6 +106,35 @@ kernels::PackedWeight pack_stacked(std::initializer_list<const TensorView*> part
 
 }  // namespace
 
+namespace {
+
+// Norm weights as the kernels use them: Hugging Face Gemma stores w for a (1 + w) norm.
+std::vector<float> norm_weights(const TensorView* view, float offset) {
+  if (view == nullptr) return {};
+  std::vector<float> values = to_f32(*view);
+  if (offset != 0.0f) {
+    for (float& v : values) v += offset;
+  }
+  return values;
+}
+
+// Biases of stacked projections, concatenated in the same order; empty when there are none.
+std::vector<float> stacked_bias(std::initializer_list<const TensorView*> parts) {
+  std::vector<float> out;
+  for (const TensorView* part : parts) {
+    if (part == nullptr) return {};
+    const std::vector<float> values = to_f32(*part);
+    out.insert(out.end(), values.begin(), values.end());
+  }
+  return out;
+}
+
+LayerConfig layer_settings(const ModelConfig& c, size_t l) {
+  return l < c.layers.size() ? c.layers[l] : LayerConfig{};
+}
+
+}  // namespace
+
 LlamaModel::LlamaModel(const LlamaWeights& w, kernels::ThreadPool* pool, kernels::Isa isa)
     : config_(w.config),
       embed_tokens_(w.embed_tokens),
@@ -121,27 +150,43 @@ LlamaModel::LlamaModel(const LlamaWeights& w, kernels::ThreadPool* pool, kernels
     layer.wo = pack_stacked({&lw.wo}, config_.num_attention_heads * config_.head_dim);
     layer.w_gate_up = pack_stacked({&lw.w_gate, &lw.w_up}, hidden);
     layer.w_down = pack_stacked({&lw.w_down}, config_.intermediate_size);
+    layer.settings = layer_settings(config_, layers_.size() - 1);
   }
   lm_head_ = pack_stacked({&w.output_projection()}, hidden);
+  init_rope();
 }
 
 LlamaModel::LlamaModel(const LlamaCheckpoint& checkpoint, kernels::ThreadPool* pool,
                        kernels::Isa isa)
-    : config_(checkpoint.config),
-      embed_tokens_(to_f32(*checkpoint.embed_tokens)),
-      final_norm_(to_f32(*checkpoint.final_norm)),
-      pool_(pool),
-      isa_(isa) {
+    : config_(checkpoint.config), pool_(pool), isa_(isa) {
+  const float offset = config_.norm_weight_offset;
+  embed_tokens_ = to_f32(*checkpoint.embed_tokens);
+  final_norm_ = norm_weights(checkpoint.final_norm, offset);
   for (const LlamaLayerTensors& t : checkpoint.layers) {
     Layer& layer = layers_.emplace_back();
-    layer.input_norm = to_f32(*t.input_norm);
-    layer.post_norm = to_f32(*t.post_norm);
-    layer.wqkv = pack_stacked({t.wq, t.wk, t.wv});
+    layer.input_norm = norm_weights(t.input_norm, offset);
+    layer.post_norm = norm_weights(t.post_norm, offset);
+    layer.post_attention_norm = norm_weights(t.post_attention_norm, offset);
+    layer.post_mlp_norm = norm_weights(t.post_mlp_norm, offset);
+    layer.q_norm = norm_weights(t.q_norm, offset);
+    layer.k_norm = norm_weights(t.k_norm, offset);
+    layer.qkv_bias = stacked_bias({t.q_bias, t.k_bias, t.v_bias});
+    layer.o_bias = stacked_bias({t.o_bias});
+    layer.gate_up_bias = stacked_bias({t.gate_bias, t.up_bias});
+    layer.down_bias = stacked_bias({t.down_bias});
+    layer.wqkv = t.wqkv ? pack_stacked({t.wqkv}) : pack_stacked({t.wq, t.wk, t.wv});
     layer.wo = pack_stacked({t.wo});
-    layer.w_gate_up = pack_stacked({t.w_gate, t.w_up});
+    layer.w_gate_up = t.w_gate_up ? pack_stacked({t.w_gate_up}) : pack_stacked({t.w_gate, t.w_up});
     layer.w_down = pack_stacked({t.w_down});
+    layer.settings = layer_settings(config_, layers_.size() - 1);
   }
   lm_head_ = pack_stacked({&checkpoint.output_projection()});
+  init_rope();
+}
+
+void LlamaModel::init_rope() {
+  global_rope_ = rope_frequencies(config_, false);
+  local_rope_ = rope_frequencies(config_, true);
 }
 
 size_t LlamaModel::weight_bytes_per_step() const {
@@ -161,44 +206,188 @@ std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& 
   return logits;
 }
 
-std::span<const float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& cache,
-                                           std::vector<float>& logits_buffer) const {
-  const ModelConfig& c = config_;
-  const int num_tokens = batch.num_tokens();
-  const int hidden = c.hidden_size;
-  const int head_dim = c.head_dim;
-  const int q_width = c.num_attention_heads * head_dim;
-  const int kv_width = c.num_key_value_heads * head_dim;
-  const int qkv_width = q_width + 2 * kv_width;
-  const int ffn = c.intermediate_size;
-  if (cache.num_layers() != c.num_hidden_layers) {
-    throw std::logic_error("LlamaModel::forward: KV cache has the wrong number of layers");
-  }
+struct LlamaModel::Scratch {
+  int num_tokens = 0;
+  std::vector<float> x;    // the residual stream [tokens, hidden]
+  std::vector<float> h;    // normed input of the next block [tokens, hidden]
+  std::vector<float> qkv;  // [tokens, q + 2 kv]
+  std::vector<float> q, k, v, attn;
+  std::vector<float> gate_up, act;
+  std::vector<float> proj;         // a block's output [tokens, hidden]
+  std::vector<float> rope_global;  // [tokens, rotary_dim]
+  std::vector<float> rope_local;   // [tokens, rotary_dim], Gemma 3's local layers
+  kernels::PagedAttentionParams attention;
+};
 
-  std::vector<float> x(static_cast<size_t>(num_tokens) * hidden);
-  for (int t = 0; t < num_tokens; ++t) {
+void LlamaModel::embed(const ForwardBatch& batch, Scratch& s) const {
+  const ModelConfig& c = config_;
+  const int hidden = c.hidden_size;
+  for (int t = 0; t < s.num_tokens; ++t) {
     const int32_t id = batch.token_ids[t];
     if (id < 0 || id >= c.vocab_size) {
       throw std::out_of_range("token id " + std::to_string(id) + " outside the vocabulary of " +
                               std::to_string(c.vocab_size));
     }
-    std::copy_n(embed_tokens_.begin() + static_cast<size_t>(id) * hidden, hidden,
-                x.begin() + static_cast<size_t>(t) * hidden);
+    float* row = s.x.data() + static_cast<size_t>(t) * hidden;
+    std::copy_n(embed_tokens_.begin() + static_cast<size_t>(id) * hidden, hidden, row);
+    if (c.embedding_multiplier != 1.0f) {
+      for (int i = 0; i < hidden; ++i) row[i] *= c.embedding_multiplier;
+    }
+  }
+}
+
+// The rotary angles depend only on the positions (and, for LongRoPE, on each sequence's
+// length): computed once for every layer.
+void LlamaModel::fill_rope_tables(const ForwardBatch& batch, Scratch& s) const {
+  const ModelConfig& c = config_;
+  const int rotary = c.rope_dims();
+  bool any_global = false;
+  bool any_local = false;
+  for (const Layer& layer : layers_) {
+    if (!layer.settings.use_rope) continue;
+    (layer.settings.local_rope ? any_local : any_global) = true;
+  }
+  const auto fill = [&](const RopeFrequencies& f, std::vector<float>& table) {
+    table.resize(static_cast<size_t>(s.num_tokens) * rotary);
+    if (f.plain) {
+      kernels::rope_cos_sin(batch.positions.data(), s.num_tokens, rotary, c.rope_theta,
+                            table.data(), pool_);
+      return;
+    }
+    std::vector<const float*> per_token;
+    if (!f.inv_freq_long.empty()) {
+      per_token.resize(static_cast<size_t>(s.num_tokens));
+      for (int q = 0; q < batch.num_seqs(); ++q) {
+        const float* chosen =
+            batch.seq_lens[q] > f.long_after ? f.inv_freq_long.data() : f.inv_freq.data();
+        for (int t = batch.query_start_loc[q]; t < batch.query_start_loc[q + 1]; ++t) {
+          per_token[t] = chosen;
+        }
+      }
+    }
+    kernels::rope_cos_sin_inv_freq(batch.positions.data(), s.num_tokens, rotary, f.inv_freq.data(),
+                                   per_token.empty() ? nullptr : per_token.data(),
+                                   f.attention_factor, table.data(), pool_);
+  };
+  if (any_global) fill(global_rope_, s.rope_global);
+  if (any_local) fill(local_rope_, s.rope_local);
+}
+
+void LlamaModel::attention_block(int l, const ForwardBatch& batch, PagedKvCache& cache,
+                                 Scratch& s) const {
+  const ModelConfig& c = config_;
+  const Layer& w = layers_[l];
+  const int n = s.num_tokens;
+  const int head_dim = c.head_dim;
+  const int q_width = c.num_attention_heads * head_dim;
+  const int kv_width = c.num_key_value_heads * head_dim;
+  const int qkv_width = q_width + 2 * kv_width;
+  kernels::matmul_packed(s.h.data(), w.wqkv, s.qkv.data(), n, pool_, isa_);
+  if (!w.qkv_bias.empty()) kernels::add_bias(s.qkv.data(), w.qkv_bias.data(), n, qkv_width);
+  // Split the stacked projection into the contiguous q, k and v the kernels below expect.
+  for (int t = 0; t < n; ++t) {
+    const float* row = s.qkv.data() + static_cast<size_t>(t) * qkv_width;
+    std::copy_n(row, q_width, s.q.begin() + static_cast<size_t>(t) * q_width);
+    std::copy_n(row + q_width, kv_width, s.k.begin() + static_cast<size_t>(t) * kv_width);
+    std::copy_n(row + q_width + kv_width, kv_width,
+                s.v.begin() + static_cast<size_t>(t) * kv_width);
+  }
+  if (!w.q_norm.empty()) {
+    kernels::rms_norm_heads(s.q.data(), w.q_norm.data(), n, c.num_attention_heads, head_dim,
+                            c.rms_norm_eps);
+    kernels::rms_norm_heads(s.k.data(), w.k_norm.data(), n, c.num_key_value_heads, head_dim,
+                            c.rms_norm_eps);
+  }
+  if (w.settings.use_rope) {
+    const std::vector<float>& table = w.settings.local_rope ? s.rope_local : s.rope_global;
+    if (c.rope_dims() == head_dim) {
+      kernels::rope_rotate_half_table(s.q.data(), s.k.data(), table.data(), n,
+                                      c.num_attention_heads, c.num_key_value_heads, head_dim,
+                                      pool_);
+    } else {
+      kernels::rope_rotate_half_partial(s.q.data(), s.k.data(), table.data(), n,
+                                        c.num_attention_heads, c.num_key_value_heads, head_dim,
+                                        c.rope_dims(), pool_);
+    }
+  }
+  const kernels::KvCacheView layer_cache = cache.layer(l);
+  kernels::write_kv(s.k.data(), s.v.data(), batch.slot_mapping.data(), n, layer_cache, isa_);
+  s.attention.key_cache = layer_cache.key;
+  s.attention.value_cache = layer_cache.value;
+  s.attention.kv_dtype = layer_cache.dtype;
+  s.attention.sliding_window = w.settings.sliding_window;
+  kernels::paged_attention(s.attention, pool_, isa_);
+  kernels::matmul_packed(s.attn.data(), w.wo, s.proj.data(), n, pool_, isa_);
+  if (!w.o_bias.empty()) kernels::add_bias(s.proj.data(), w.o_bias.data(), n, c.hidden_size);
+  if (!w.post_attention_norm.empty()) {
+    kernels::rms_norm(s.proj.data(), w.post_attention_norm.data(), s.proj.data(), n, c.hidden_size,
+                      c.rms_norm_eps);
+  }
+  kernels::add_rms_norm(s.x.data(), s.proj.data(), w.post_norm.data(), s.h.data(), n, c.hidden_size,
+                        c.rms_norm_eps);
+}
+
+void LlamaModel::mlp_block(int l, Scratch& s) const {
+  const ModelConfig& c = config_;
+  const Layer& w = layers_[l];
+  const int n = s.num_tokens;
+  const int ffn = c.intermediate_size;
+  kernels::matmul_packed(s.h.data(), w.w_gate_up, s.gate_up.data(), n, pool_, isa_);
+  if (!w.gate_up_bias.empty()) {
+    // gate_up holds [gate | up] per row, as the bias does.
+    kernels::add_bias(s.gate_up.data(), w.gate_up_bias.data(), n, 2 * ffn);
+  }
+  if (c.activation == Activation::kGeluTanh) {
+    kernels::gelu_tanh_and_mul_stacked(s.gate_up.data(), s.act.data(), n, ffn, pool_, isa_);
+  } else {
+    kernels::silu_and_mul_stacked(s.gate_up.data(), s.act.data(), n, ffn, pool_, isa_);
+  }
+  kernels::matmul_packed(s.act.data(), w.w_down, s.proj.data(), n, pool_, isa_);
+  if (!w.down_bias.empty()) kernels::add_bias(s.proj.data(), w.down_bias.data(), n, c.hidden_size);
+  if (!w.post_mlp_norm.empty()) {
+    kernels::rms_norm(s.proj.data(), w.post_mlp_norm.data(), s.proj.data(), n, c.hidden_size,
+                      c.rms_norm_eps);
+  }
+  if (l + 1 < c.num_hidden_layers) {
+    // The residual add fused with the next layer's input norm.
+    kernels::add_rms_norm(s.x.data(), s.proj.data(), layers_[l + 1].input_norm.data(), s.h.data(),
+                          n, c.hidden_size, c.rms_norm_eps);
+  } else {
+    for (size_t i = 0; i < s.x.size(); ++i) s.x[i] += s.proj[i];
+  }
+}
+
+std::span<const float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& cache,
+                                           std::vector<float>& logits_buffer) const {
+  const ModelConfig& c = config_;
+  const int num_tokens = batch.num_tokens();
+  const int hidden = c.hidden_size;
+  const int q_width = c.num_attention_heads * c.head_dim;
+  const int kv_width = c.num_key_value_heads * c.head_dim;
+  const int ffn = c.intermediate_size;
+  if (cache.num_layers() != c.num_hidden_layers) {
+    throw std::logic_error("LlamaModel::forward: KV cache has the wrong number of layers");
   }
 
-  std::vector<float> h(x.size());
-  std::vector<float> qkv(static_cast<size_t>(num_tokens) * qkv_width);
-  std::vector<float> q(static_cast<size_t>(num_tokens) * q_width);
-  std::vector<float> k(static_cast<size_t>(num_tokens) * kv_width);
-  std::vector<float> v(static_cast<size_t>(num_tokens) * kv_width);
-  std::vector<float> attn(q.size());
-  std::vector<float> gate_up(static_cast<size_t>(num_tokens) * 2 * ffn);
-  std::vector<float> act(static_cast<size_t>(num_tokens) * ffn);
-  std::vector<float> proj(x.size());
+  Scratch s;
+  s.num_tokens = num_tokens;
+  const auto tokens = static_cast<size_t>(num_tokens);
+  s.x.resize(tokens * hidden);
+  s.h.resize(tokens * hidden);
+  s.qkv.resize(tokens * (q_width + 2 * kv_width));
+  s.q.resize(tokens * q_width);
+  s.k.resize(tokens * kv_width);
+  s.v.resize(tokens * kv_width);
+  s.attn.resize(tokens * q_width);
+  s.gate_up.resize(tokens * 2 * ffn);
+  s.act.resize(tokens * ffn);
+  s.proj.resize(tokens * hidden);
+  embed(batch, s);
+  fill_rope_tables(batch, s);
 
-  kernels::PagedAttentionParams attention;
-  attention.query = q.data();
-  attention.out = attn.data();
+  kernels::PagedAttentionParams& attention = s.attention;
+  attention.query = s.q.data();
+  attention.out = s.attn.data();
   attention.query_start_loc = batch.query_start_loc.data();
   attention.seq_lens = batch.seq_lens.data();
   attention.block_tables = batch.block_tables.data();
@@ -206,52 +395,18 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCac
   attention.max_blocks_per_seq = batch.max_blocks_per_seq;
   attention.num_heads = c.num_attention_heads;
   attention.num_kv_heads = c.num_key_value_heads;
-  attention.head_dim = head_dim;
+  attention.head_dim = c.head_dim;
   attention.block_size = cache.block_size();
-  attention.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-
-  // The rotary angles depend only on the positions: computed once for every layer.
-  std::vector<float> rope_cos_sin(static_cast<size_t>(num_tokens) * head_dim);
-  kernels::rope_cos_sin(batch.positions.data(), num_tokens, head_dim, c.rope_theta,
-                        rope_cos_sin.data(), pool_);
+  attention.scale = c.softmax_scale();
+  attention.logit_softcap = c.attn_logit_softcap;
 
   if (!layers_.empty()) {
-    kernels::rms_norm(x.data(), layers_[0].input_norm.data(), h.data(), num_tokens, hidden,
+    kernels::rms_norm(s.x.data(), layers_[0].input_norm.data(), s.h.data(), num_tokens, hidden,
                       c.rms_norm_eps);
   }
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const Layer& w = layers_[l];
-    kernels::matmul_packed(h.data(), w.wqkv, qkv.data(), num_tokens, pool_, isa_);
-    // Split the stacked projection into the contiguous q, k and v the kernels below expect.
-    for (int t = 0; t < num_tokens; ++t) {
-      const float* row = qkv.data() + static_cast<size_t>(t) * qkv_width;
-      std::copy_n(row, q_width, q.begin() + static_cast<size_t>(t) * q_width);
-      std::copy_n(row + q_width, kv_width, k.begin() + static_cast<size_t>(t) * kv_width);
-      std::copy_n(row + q_width + kv_width, kv_width,
-                  v.begin() + static_cast<size_t>(t) * kv_width);
-    }
-    kernels::rope_rotate_half_table(q.data(), k.data(), rope_cos_sin.data(), num_tokens,
-                                    c.num_attention_heads, c.num_key_value_heads, head_dim, pool_);
-    const kernels::KvCacheView layer_cache = cache.layer(l);
-    kernels::write_kv(k.data(), v.data(), batch.slot_mapping.data(), num_tokens, layer_cache, isa_);
-    attention.key_cache = layer_cache.key;
-    attention.value_cache = layer_cache.value;
-    attention.kv_dtype = layer_cache.dtype;
-    kernels::paged_attention(attention, pool_, isa_);
-    kernels::matmul_packed(attn.data(), w.wo, proj.data(), num_tokens, pool_, isa_);
-    kernels::add_rms_norm(x.data(), proj.data(), w.post_norm.data(), h.data(), num_tokens, hidden,
-                          c.rms_norm_eps);
-
-    kernels::matmul_packed(h.data(), w.w_gate_up, gate_up.data(), num_tokens, pool_, isa_);
-    kernels::silu_and_mul_stacked(gate_up.data(), act.data(), num_tokens, ffn, pool_, isa_);
-    kernels::matmul_packed(act.data(), w.w_down, proj.data(), num_tokens, pool_, isa_);
-    if (l + 1 < c.num_hidden_layers) {
-      // The residual add fused with the next layer's input norm.
-      kernels::add_rms_norm(x.data(), proj.data(), layers_[l + 1].input_norm.data(), h.data(),
-                            num_tokens, hidden, c.rms_norm_eps);
-    } else {
-      for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
-    }
+    attention_block(l, batch, cache, s);
+    mlp_block(l, s);
   }
 
   // Only the rows that produce logits go through the final norm and the (large) LM head.
@@ -260,7 +415,7 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCac
   if (num_out == 0) return {};
   std::vector<float> selected(static_cast<size_t>(num_out) * hidden);
   for (int r = 0; r < num_out; ++r) {
-    std::copy_n(x.begin() + static_cast<size_t>(batch.logits_indices[r]) * hidden, hidden,
+    std::copy_n(s.x.begin() + static_cast<size_t>(batch.logits_indices[r]) * hidden, hidden,
                 selected.begin() + static_cast<size_t>(r) * hidden);
   }
   kernels::rms_norm(selected.data(), final_norm_.data(), selected.data(), num_out, hidden,
@@ -268,6 +423,10 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCac
   const size_t logits_size = static_cast<size_t>(num_out) * c.vocab_size;
   if (logits_buffer.size() < logits_size) logits_buffer.resize(logits_size);
   kernels::matmul_packed(selected.data(), lm_head_, logits_buffer.data(), num_out, pool_, isa_);
+  if (c.final_logit_softcap > 0.0f) {
+    kernels::soft_cap(logits_buffer.data(), static_cast<int64_t>(logits_size),
+                      c.final_logit_softcap, pool_, isa_);
+  }
   return std::span<const float>(logits_buffer.data(), logits_size);
 }
 

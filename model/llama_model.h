@@ -1,7 +1,12 @@
-// LlamaModel: the Llama forward pass over a batch of sequences whose K/V live in a paged cache.
-// Each sequence brings its own new tokens, positions and block table; prefill, chunked prefill
-// and decode mix freely in one batch. Stateless between calls apart from the KV cache it is
-// handed; owned by the executor.
+// LlamaModel: the decoder forward pass over a batch of sequences whose K/V live in a paged
+// cache. Each sequence brings its own new tokens, positions and block table; prefill, chunked
+// prefill and decode mix freely in one batch. Stateless between calls apart from the KV cache
+// it is handed; owned by the executor.
+//
+// Every supported family runs through this one skeleton (embedding, N x (norm, attention,
+// norm, gated MLP), norm, LM head); the family's pieces are switches of its ModelConfig:
+// biases, q/k norms, Gemma's extra norms and scaled embeddings, GeGLU, RoPE scaling and
+// partial rotary, per-layer sliding windows and RoPE bases, soft-capping.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +17,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "model/loader/llama_weights.h"
 #include "model/paged_kv_cache.h"
+#include "model/rope_frequencies.h"
 
 namespace pagedserve::model {
 
@@ -65,16 +71,35 @@ class LlamaModel {
                                  std::vector<float>& logits_buffer) const;
 
  private:
+  // Optional vectors are empty when the family has none.
   struct Layer {
-    std::vector<float> input_norm;    // [hidden]
-    std::vector<float> post_norm;     // [hidden]
-    kernels::PackedWeight wqkv;       // q, k and v projections stacked: [q + 2 kv, hidden]
-    kernels::PackedWeight wo;         // [hidden, q]
-    kernels::PackedWeight w_gate_up;  // gate and up stacked: [2 ffn, hidden]
-    kernels::PackedWeight w_down;     // [hidden, ffn]
+    std::vector<float> input_norm;           // [hidden]
+    std::vector<float> post_norm;            // [hidden], the MLP's input norm
+    std::vector<float> post_attention_norm;  // [hidden], Gemma: of the attention output
+    std::vector<float> post_mlp_norm;        // [hidden], Gemma: of the MLP output
+    std::vector<float> q_norm;               // [head_dim]
+    std::vector<float> k_norm;               // [head_dim]
+    std::vector<float> qkv_bias;             // [q + 2 kv]
+    std::vector<float> o_bias;               // [hidden]
+    std::vector<float> gate_up_bias;         // [2 ffn]
+    std::vector<float> down_bias;            // [hidden]
+    kernels::PackedWeight wqkv;              // q, k and v projections stacked: [q + 2 kv, hidden]
+    kernels::PackedWeight wo;                // [hidden, q]
+    kernels::PackedWeight w_gate_up;         // gate and up stacked: [2 ffn, hidden]
+    kernels::PackedWeight w_down;            // [hidden, ffn]
+    LayerConfig settings;                    // window, RoPE on/off, which RoPE
   };
+  struct Scratch;  // one forward pass's activations (llama_model.cpp)
+
+  void init_rope();
+  void embed(const ForwardBatch& batch, Scratch& s) const;
+  void fill_rope_tables(const ForwardBatch& batch, Scratch& s) const;
+  void attention_block(int l, const ForwardBatch& batch, PagedKvCache& cache, Scratch& s) const;
+  void mlp_block(int l, Scratch& s) const;
 
   ModelConfig config_;
+  RopeFrequencies global_rope_;
+  RopeFrequencies local_rope_;       // Gemma 3's local layers
   std::vector<float> embed_tokens_;  // [vocab, hidden], float32 (only B rows read per step)
   std::vector<Layer> layers_;
   std::vector<float> final_norm_;  // [hidden]

@@ -26,28 +26,9 @@ const char* const kTokenizeHelp =
     "                special tokens are kept\n"
     "  --no-special  with --text: add no special tokens; with --ids: drop special tokens\n";
 
-model::Tokenizer load_gguf_tokenizer(const std::filesystem::path& path) {
-  const std::unique_ptr<model::GgufFile> file = model::GgufFile::open(path);
-  return model::Tokenizer::from_gguf(*file);
-}
-
 model::Tokenizer load_tokenizer(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path)) throw model::ModelError(path.string() + ": not found");
-  if (!std::filesystem::is_directory(path)) return load_gguf_tokenizer(path);
-  if (std::filesystem::exists(path / "tokenizer.json")) return model::Tokenizer::from_dir(path);
-  std::vector<std::filesystem::path> gguf_files;
-  for (const auto& entry : std::filesystem::directory_iterator(path)) {
-    if (entry.is_regular_file() && entry.path().extension() == ".gguf") {
-      gguf_files.push_back(entry.path());
-    }
-  }
-  if (gguf_files.size() == 1) return load_gguf_tokenizer(gguf_files.front());
-  if (gguf_files.empty()) {
-    throw model::ModelError(path.string() + ": no tokenizer.json and no .gguf file");
-  }
-  std::string names;
-  for (const auto& file : gguf_files) names += " " + file.filename().string();
-  throw model::ModelError(path.string() + ": several .gguf files, pass one:" + names);
+  return model::Tokenizer::from_model(path);
 }
 
 std::vector<int32_t> parse_ids(const std::string& text, const model::Tokenizer& tokenizer) {

@@ -5,7 +5,9 @@
 // online-softmax rescale, then the weighted sum of values, 16 dims at a time. 16-bit K/V are
 // widened in registers (vcvtph2ps for float16, a 16-bit shift for bfloat16), exactly, so the
 // arithmetic is the float32 path's. Every step's order depends only on the sequence (its block
-// boundaries), never on the batch, the head range or the ISA's choice of tile.
+// boundaries), never on the batch, the head range or the ISA's choice of tile. A sliding window
+// starts the walk at the block holding the tile's first query's first visible position, and
+// each query reads only the keys of its own window; soft-capping bends the scores in step 1.
 #include <immintrin.h>
 
 #include <cassert>
@@ -13,6 +15,7 @@
 
 #include "kernels/cpu/exp_avx512.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/tanh_avx512.h"
 
 // GCC 12's intrinsics for max, roundscale, scalef and the reductions start from
 // _mm512_undefined_*, which -Wmaybe-uninitialized reports as a false positive once inlined.
@@ -260,15 +263,21 @@ PS_TARGET_AVX512 inline void accumulate_values(const float* weights,
 // exp, the max compare) instead of waiting on one pair's chain at a time. The arithmetic of
 // each pair is unchanged by the split.
 //
-// Step 1: the block's scaled scores of its first n_valid keys into scores; returns their max.
+// Step 1: the scaled (and, with softcap > 0, soft-capped) scores of n_valid keys into scores;
+// returns their max.
 template <class Kv>
 PS_TARGET_AVX512 inline float block_scores(const float* q, const typename Kv::Type* keys,
-                                           int n_valid, int d, float scale, float* scores) {
+                                           int n_valid, int d, float scale, float softcap,
+                                           float* scores) {
   float block_max = -__builtin_inff();
   for (int j = 0; j < n_valid; j += 16) {
     const int count = n_valid - j < 16 ? n_valid - j : 16;
-    const __m512 s = _mm512_mul_ps(dot16<Kv>(q, keys + static_cast<long>(j) * d, d, count),
-                                   _mm512_set1_ps(scale));
+    __m512 s = _mm512_mul_ps(dot16<Kv>(q, keys + static_cast<long>(j) * d, d, count),
+                             _mm512_set1_ps(scale));
+    if (softcap > 0.0f) {
+      s = _mm512_mul_ps(_mm512_set1_ps(softcap),
+                        tanh_avx512(_mm512_mul_ps(s, _mm512_set1_ps(1.0f / softcap))));
+    }
     const __mmask16 m = tail_mask(count);
     store_lanes(scores + j, m, s);
     const float chunk_max = _mm512_mask_reduce_max_ps(m, s);
@@ -349,6 +358,8 @@ PS_TARGET_AVX512 void attend_walk(const PagedAttentionParams& p, const float* q,
   const Element* value_cache = static_cast<const Element*>(p.value_cache);
   const int last_pos = first_pos + num_queries - 1;
   const int num_blocks = last_pos / p.block_size + 1;
+  // Blocks wholly before the first query's window are before every query's: never read.
+  const int first_block = first_visible_position(p, first_pos) / p.block_size;
   // Software prefetch, one 4 KiB-ish run ahead: while a unit's keys are read (scores), its
   // values are fetched, and while its values are read, the next unit's keys (the next block's
   // first unit at the end of a block, which the hardware prefetchers cannot guess: blocks are
@@ -363,16 +374,30 @@ PS_TARGET_AVX512 void attend_walk(const PagedAttentionParams& p, const float* q,
       _mm_prefetch(bytes + offset, _MM_HINT_T0);
     }
   };
-  prefetch_run(key_cache + block_table[0] * block_stride + units[0].kv_head * head_stride);
-  for (int b = 0; b < num_blocks; ++b) {
+  prefetch_run(key_cache + block_table[first_block] * block_stride +
+               units[0].kv_head * head_stride);
+  for (int b = first_block; b < num_blocks; ++b) {
     const int32_t block_id = block_table[b];
     assert(block_id >= 0);
-    // Queries are consecutive positions, so those that see this block are a suffix of the
-    // tile: positions past a query are not read.
-    int first_t = b * p.block_size - first_pos;
+    const int block_start = b * p.block_size;
+    // Queries are consecutive positions, so those that see this block are a range of the
+    // tile: from the first whose position reaches the block (positions past a query are not
+    // read) to the last whose window starts in or before it.
+    int first_t = block_start - first_pos;
     first_t = first_t < 0 ? 0 : first_t;
-    const auto n_valid_of = [&](int t) {
-      const int remaining = first_pos + t + 1 - b * p.block_size;
+    int end_t = num_queries;
+    while (end_t > first_t &&
+           first_visible_position(p, first_pos + end_t - 1) >= block_start + p.block_size) {
+      --end_t;
+    }
+    // Query t reads the block's keys [begin_of(t), end_of(t)): those in its window, up to its
+    // own position.
+    const auto begin_of = [&](int t) {
+      const int begin = first_visible_position(p, first_pos + t) - block_start;
+      return begin > 0 ? begin : 0;
+    };
+    const auto end_of = [&](int t) {
+      const int remaining = first_pos + t + 1 - block_start;
       return remaining < p.block_size ? remaining : p.block_size;
     };
     for (int u = 0; u < num_units; ++u) {
@@ -393,24 +418,28 @@ PS_TARGET_AVX512 void attend_walk(const PagedAttentionParams& p, const float* q,
       const auto out_of = [&](int t, int h) {
         return out + t * token_stride + static_cast<long>(unit.first_head + h) * d;
       };
-      for (int t = first_t; t < num_queries; ++t) {
-        const int n_valid = n_valid_of(t);
+      for (int t = first_t; t < end_t; ++t) {
+        const int begin = begin_of(t);
+        const int n_valid = end_of(t) - begin;
         for (int h = 0; h < unit.num_heads; ++h) {
           block_max[t][h] =
-              block_scores<Kv>(q_of(t, h), keys, n_valid, d, p.scale, scores[t * kMaxGroup + h]);
+              block_scores<Kv>(q_of(t, h), keys + static_cast<long>(begin) * d, n_valid, d, p.scale,
+                               p.logit_softcap, scores[t * kMaxGroup + h]);
         }
       }
-      for (int t = first_t; t < num_queries; ++t) {
-        const int n_valid = n_valid_of(t);
+      for (int t = first_t; t < end_t; ++t) {
+        const int n_valid = end_of(t) - begin_of(t);
         for (int h = 0; h < unit.num_heads; ++h) {
           block_weights(block_max[t][h], n_valid, d, scores[t * kMaxGroup + h],
                         running_max[u][t][h], running_sum[u][t][h], out_of(t, h));
         }
       }
-      for (int t = first_t; t < num_queries; ++t) {
-        const int n_valid = n_valid_of(t);
+      for (int t = first_t; t < end_t; ++t) {
+        const int begin = begin_of(t);
+        const int n_valid = end_of(t) - begin;
         for (int h = 0; h < unit.num_heads; ++h) {
-          accumulate_values<Kv>(scores[t * kMaxGroup + h], values, n_valid, d, out_of(t, h));
+          accumulate_values<Kv>(scores[t * kMaxGroup + h], values + static_cast<long>(begin) * d,
+                                n_valid, d, out_of(t, h));
         }
       }
     }

@@ -64,7 +64,9 @@ void rms_norm_heads(float* x, const float* weight, int num_rows, int num_heads, 
 void add_bias(float* x, const float* bias, int num_rows, int width);
 
 // x[i] = cap * tanh(x[i] / cap): Gemma 2's final-logit soft-capping. cap > 0.
-void soft_cap(float* x, int64_t n, float cap, ThreadPool* pool = nullptr);
+// Isa::kAvx512 uses a vectorised tanh (within ~1e-7 of std::tanh's, the same whatever the split);
+// the other ISAs use std::tanh.
+void soft_cap(float* x, int64_t n, float cap, ThreadPool* pool = nullptr, Isa isa = Isa::kPortable);
 
 // out = x * w^T, the layout of a Hugging Face Linear layer, on unpacked float32 weights (for
 // weights used once; the executor's layers use matmul_packed in packed_matmul.h).
@@ -88,6 +90,8 @@ void silu_and_mul_stacked(const float* gate_up, float* out, int num_rows, int ff
 // GeGLU over a stacked gate/up projection (Gemma): out[r, i] = gelu_tanh(gate_up[r, i]) *
 // gate_up[r, ffn + i], gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the
 // "gelu_pytorch_tanh" of Hugging Face configs. Shapes and threading as silu_and_mul_stacked.
+// Isa::kAvx512 evaluates it as x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))) with a vectorised
+// exp (the same function, other rounding); the other ISAs use std::tanh.
 void gelu_tanh_and_mul_stacked(const float* gate_up, float* out, int num_rows, int ffn,
                                ThreadPool* pool = nullptr, Isa isa = Isa::kPortable);
 
@@ -163,6 +167,11 @@ void attend_heads_portable(const PagedAttentionParams& p, const float* q,
 void attend_heads_avx512(const PagedAttentionParams& p, const float* q, const int32_t* block_table,
                          int first_pos, int num_queries, int first_kv_head, int num_kv_heads,
                          float* out);
+// The first position the query at `pos` attends to: pos - sliding_window + 1 with a window
+// (never below 0), else 0.
+inline int first_visible_position(const PagedAttentionParams& p, int pos) {
+  return p.sliding_window > 0 && pos >= p.sliding_window ? pos - p.sliding_window + 1 : 0;
+}
 // Query tokens per task of paged_attention: a tile shares each block's K/V loads.
 constexpr int kAttentionQueryTile = 8;
 }  // namespace detail

@@ -1,4 +1,5 @@
-// rms_norm: the Llama RMSNorm over each row of a [num_rows, hidden] activation.
+// rms_norm: the Llama RMSNorm over each row of a [num_rows, hidden] activation (and per head,
+// for the q/k norms of Qwen3 and Gemma 3).
 #include <cassert>
 #include <cmath>
 
@@ -56,6 +57,13 @@ void add_rms_norm(float* x, const float* delta, const float* weight, float* out,
     float* out_row = out + r * hidden;
     for (int i = 0; i < hidden; ++i) out_row[i] = row[i] * inv_rms * weight[i];
   }
+}
+
+void rms_norm_heads(float* x, const float* weight, int num_rows, int num_heads, int head_dim,
+                    float eps) {
+  assert(x != nullptr && weight != nullptr && num_rows >= 0 && num_heads > 0);
+  // Every head's slice is a row of rms_norm over [num_rows * num_heads, head_dim], in place.
+  rms_norm(x, weight, x, num_rows * num_heads, head_dim, eps);
 }
 
 }  // namespace pagedserve::kernels

@@ -5,7 +5,9 @@
 // FlashAttention and vLLM's paged kernels do: per block it computes the block's scores, raises
 // the running max if needed (rescaling the running sum and output by exp(old_max - new_max)),
 // then accumulates exp(score - max) * v. One pass over K/V, no buffer sized by sequence length,
-// and the CUDA kernel follows the same order, so this is its reference twin.
+// and the CUDA kernel follows the same order, so this is its reference twin. A sliding window
+// starts each query's walk at the block holding its first visible position, so a query costs
+// O(window), not O(context); soft-capping bends each score before the max is taken.
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -55,7 +57,9 @@ float dot(const float* a, const typename KvElement<kDtype>::Type* b, int n) {
 }
 
 // Attention of one query head q ([head_dim]) at position `pos` over the blocks of one sequence
-// (block_table: its row of block ids) for KV head kv_head; writes out ([head_dim]).
+// (block_table: its row of block ids) for KV head kv_head; writes out ([head_dim]). Only the
+// positions [first_visible_position(p, pos), pos] are read: blocks before the sliding window
+// are skipped whole, and in the first block read, the positions before it.
 template <KvDtype kDtype>
 void attend_one(const PagedAttentionParams& p, const float* q, const int32_t* block_table, int pos,
                 int kv_head, float* out) {
@@ -67,19 +71,22 @@ void attend_one(const PagedAttentionParams& p, const float* q, const int32_t* bl
   float running_max = -std::numeric_limits<float>::infinity();
   float running_sum = 0.0f;
   std::fill(out, out + d, 0.0f);  // out doubles as the unnormalised accumulator
-  const int num_blocks = pos / p.block_size + 1;
-  for (int b = 0; b < num_blocks; ++b) {
+  const int first_visible = detail::first_visible_position(p, pos);
+  for (int b = first_visible / p.block_size; b <= pos / p.block_size; ++b) {
     const int32_t block_id = block_table[b];
     assert(block_id >= 0);
     const long base = block_id * block_stride + kv_head * head_stride;
     const Element* keys = static_cast<const Element*>(p.key_cache) + base;
     const Element* values = static_cast<const Element*>(p.value_cache) + base;
-    // Positions past the query's own are masked by not reading them at all.
-    const int n_valid = std::min(p.block_size, pos + 1 - b * p.block_size);
+    // Positions outside [first_visible, pos] are masked by not reading them at all.
+    const int begin = std::max(0, first_visible - b * p.block_size);
+    const int end = std::min(p.block_size, pos + 1 - b * p.block_size);
     float block_max = -std::numeric_limits<float>::infinity();
-    for (int j = 0; j < n_valid; ++j) {
-      scores[j] = dot<kDtype>(q, keys + static_cast<long>(j) * d, d) * p.scale;
-      block_max = std::max(block_max, scores[j]);
+    for (int j = begin; j < end; ++j) {
+      float score = dot<kDtype>(q, keys + static_cast<long>(j) * d, d) * p.scale;
+      if (p.logit_softcap > 0.0f) score = p.logit_softcap * std::tanh(score / p.logit_softcap);
+      scores[j] = score;
+      block_max = std::max(block_max, score);
     }
     if (block_max > running_max) {
       // exp(-inf) == 0 on the first block, which zeroes the (already zero) state harmlessly.
@@ -88,7 +95,7 @@ void attend_one(const PagedAttentionParams& p, const float* q, const int32_t* bl
       for (int i = 0; i < d; ++i) out[i] *= rescale;
       running_max = block_max;
     }
-    for (int j = 0; j < n_valid; ++j) {
+    for (int j = begin; j < end; ++j) {
       const float weight = std::exp(scores[j] - running_max);
       running_sum += weight;
       const Element* v = values + static_cast<long>(j) * d;
@@ -149,12 +156,15 @@ void paged_attention(const PagedAttentionParams& p, ThreadPool* pool, Isa isa) {
       isa == Isa::kAvx512 ? detail::attend_heads_avx512 : detail::attend_heads_portable;
   const long token_stride = static_cast<long>(p.num_heads) * p.head_dim;
   const int num_tokens = p.query_start_loc[p.num_seqs];
-  double flops = 0;  // rough: every query reads its whole context once per head
+  assert(p.sliding_window >= 0 && p.logit_softcap >= 0.0f);
+  double flops = 0;  // rough: every query reads its whole context (or window) once per head
   for (int s = 0; s < p.num_seqs; ++s) {
     const int q_len = p.query_start_loc[s + 1] - p.query_start_loc[s];
     assert(q_len >= 0 && p.seq_lens[s] >= q_len);
     assert((p.seq_lens[s] + p.block_size - 1) / p.block_size <= p.max_blocks_per_seq);
-    flops += 4.0 * q_len * p.seq_lens[s] * p.num_heads * p.head_dim;
+    const int context =
+        p.sliding_window > 0 ? std::min(p.seq_lens[s], p.sliding_window) : p.seq_lens[s];
+    flops += 4.0 * q_len * context * p.num_heads * p.head_dim;
   }
   // One task per (tile of up to kAttentionQueryTile query tokens of one sequence, range of KV
   // heads). A tile shares each block's K/V loads between its queries and the heads of each GQA

@@ -1,4 +1,5 @@
-// rope_rotate_half: rotary position embedding in Hugging Face's rotate-half layout.
+// rope_rotate_half and its table forms: rotary position embedding in Hugging Face's rotate-half
+// layout, whole-head or partial, with theta-derived or given (scaled) frequencies.
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -10,10 +11,11 @@
 namespace pagedserve::kernels {
 namespace {
 
-// Rotates the pairs (i, i + half) of every head in `x` ([num_heads, head_dim]) by the angles
-// whose cos and sin are given.
-void rotate_heads(float* x, int num_heads, int head_dim, const float* cos_a, const float* sin_a) {
-  const int half = head_dim / 2;
+// Rotates the pairs (i, i + rotary_dim/2) of every head in `x` ([num_heads, head_dim]) by the
+// angles whose cos and sin are given; dims from rotary_dim on pass unchanged.
+void rotate_heads(float* x, int num_heads, int head_dim, int rotary_dim, const float* cos_a,
+                  const float* sin_a) {
+  const int half = rotary_dim / 2;
   for (int h = 0; h < num_heads; ++h) {
     float* lo = x + static_cast<long>(h) * head_dim;
     float* hi = lo + half;
@@ -50,19 +52,50 @@ void rope_cos_sin(const int32_t* positions, int num_tokens, int head_dim, float 
   });
 }
 
+void rope_cos_sin_inv_freq(const int32_t* positions, int num_tokens, int rotary_dim,
+                           const float* inv_freq, const float* const* inv_freq_per_token,
+                           float attention_factor, float* cos_sin, ThreadPool* pool) {
+  assert(positions != nullptr && cos_sin != nullptr && num_tokens >= 0);
+  assert(rotary_dim > 0 && rotary_dim % 2 == 0);
+  assert(inv_freq != nullptr || inv_freq_per_token != nullptr);
+  const int half = rotary_dim / 2;
+  // In double for the same reason as rope_cos_sin; the attention factor is applied before the
+  // one rounding to float.
+  parallel_for(pool, num_tokens, 50.0 * num_tokens * half, [&](int64_t t) {
+    const float* freq = inv_freq_per_token != nullptr ? inv_freq_per_token[t] : inv_freq;
+    float* row = cos_sin + t * rotary_dim;
+    for (int i = 0; i < half; ++i) {
+      const double angle = positions[t] * static_cast<double>(freq[i]);
+      row[i] = static_cast<float>(std::cos(angle) * attention_factor);
+      row[half + i] = static_cast<float>(std::sin(angle) * attention_factor);
+    }
+  });
+}
+
+void rope_rotate_half_partial(float* q, float* k, const float* cos_sin, int num_tokens,
+                              int num_heads, int num_kv_heads, int head_dim, int rotary_dim,
+                              ThreadPool* pool) {
+  assert(q != nullptr && cos_sin != nullptr);
+  assert(num_tokens >= 0 && num_heads > 0 && (k == nullptr || num_kv_heads > 0));
+  assert(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= head_dim);
+  const int half = rotary_dim / 2;
+  const int k_heads = k != nullptr ? num_kv_heads : 0;
+  parallel_for(pool, num_tokens, 6.0 * num_tokens * (num_heads + k_heads) * half, [&](int64_t t) {
+    const float* cos_a = cos_sin + t * rotary_dim;
+    const float* sin_a = cos_a + half;
+    rotate_heads(q + t * num_heads * head_dim, num_heads, head_dim, rotary_dim, cos_a, sin_a);
+    if (k != nullptr) {
+      rotate_heads(k + t * num_kv_heads * head_dim, num_kv_heads, head_dim, rotary_dim, cos_a,
+                   sin_a);
+    }
+  });
+}
+
 void rope_rotate_half_table(float* q, float* k, const float* cos_sin, int num_tokens, int num_heads,
                             int num_kv_heads, int head_dim, ThreadPool* pool) {
-  assert(q != nullptr && k != nullptr && cos_sin != nullptr);
-  assert(num_tokens >= 0 && num_heads > 0 && num_kv_heads > 0);
-  assert(head_dim > 0 && head_dim % 2 == 0);
-  const int half = head_dim / 2;
-  parallel_for(
-      pool, num_tokens, 6.0 * num_tokens * (num_heads + num_kv_heads) * half, [&](int64_t t) {
-        const float* cos_a = cos_sin + t * head_dim;
-        const float* sin_a = cos_a + half;
-        rotate_heads(q + t * num_heads * head_dim, num_heads, head_dim, cos_a, sin_a);
-        rotate_heads(k + t * num_kv_heads * head_dim, num_kv_heads, head_dim, cos_a, sin_a);
-      });
+  assert(k != nullptr && head_dim > 0 && head_dim % 2 == 0);
+  rope_rotate_half_partial(q, k, cos_sin, num_tokens, num_heads, num_kv_heads, head_dim, head_dim,
+                           pool);
 }
 
 void rope_rotate_half(float* q, float* k, const int32_t* positions, int num_tokens, int num_heads,

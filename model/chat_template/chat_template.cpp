@@ -7,6 +7,8 @@
 
 #include "model/chat_template/evaluator.h"
 #include "model/chat_template/parser.h"
+#include "model/loader/gguf.h"
+#include "model/loader/llama_weights.h"
 
 namespace pagedserve::model {
 
@@ -54,6 +56,10 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
 }
 
 std::optional<std::string> load_chat_template(const std::filesystem::path& model_dir) {
+  // A GGUF model carries its template in its metadata.
+  if (const auto gguf = find_gguf_file(model_dir)) {
+    return GgufFile::open(*gguf)->get_string("tokenizer.chat_template");
+  }
   if (auto text = read_file(model_dir / "chat_template.jinja")) return text;
   auto config_text = read_file(model_dir / "tokenizer_config.json");
   if (!config_text) return std::nullopt;

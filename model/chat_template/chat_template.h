@@ -54,7 +54,8 @@ class ChatTemplate {
   std::shared_ptr<const std::string> source_;
 };
 
-// The model directory's chat template: `chat_template.jinja` if present, else
+// The model's chat template: a GGUF model's tokenizer.chat_template, or for a Hugging Face
+// folder `chat_template.jinja` if present, else
 // tokenizer_config.json's "chat_template" (a string, or a list of {"name", "template"} from
 // which "default" is taken). nullopt when the model ships none. Throws ChatTemplateError
 // when tokenizer_config.json exists but is not valid JSON.

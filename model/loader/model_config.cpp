@@ -1,14 +1,17 @@
-// Parses and validates a Hugging Face config.json for the LlamaForCausalLM family; see
-// model_config.h. Anything this engine cannot run faithfully (other architectures, RoPE
-// scaling, biases, other activations) is rejected here, before any weight is read, so a
-// user learns at load time rather than from wrong text.
+// Parses and validates a Hugging Face config.json; see model_config.h. The family-independent
+// fields are read here; what each architecture adds (biases, norms, RoPE scaling, sliding
+// windows) is read by model/loader/family_config.cpp. Anything this engine cannot run
+// faithfully is rejected before any weight is read, so a user learns at load time rather than
+// from wrong text.
 #include "model/loader/model_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <utility>
 
+#include "model/loader/config_reader.h"
 #include "model/loader/json_file.h"
 #include "model/loader/model_error.h"
 
@@ -18,143 +21,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kLlamaArchitecture = "LlamaForCausalLM";
-
-// Field access that names the file and the field in every error. An explicit null counts as
-// absent, because Hugging Face writes `"head_dim": null` and the like for "use the default".
-class ConfigReader {
- public:
-  ConfigReader(const std::filesystem::path& path, const json& root) : path_(path), root_(root) {}
-
-  [[noreturn]] void fail(const std::string& problem) const {
-    throw ModelError(path_.string() + ": " + problem);
-  }
-
-  const json* find(const char* field) const {
-    auto it = root_.find(field);
-    if (it == root_.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
-
-  int to_int(const json& value, const std::string& what) const {
-    // Integral floats (64.0) are rejected too: a size written as a float is a broken export.
-    if (!value.is_number_integer())
-      fail(what + " must be an integer, got " + detail::json_kind(value));
-    if (value.is_number_unsigned()) {
-      const auto v = value.get<uint64_t>();
-      if (v > static_cast<uint64_t>(std::numeric_limits<int>::max()))
-        fail(what + " is out of range");
-      return static_cast<int>(v);
-    }
-    const auto v = value.get<int64_t>();
-    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
-      fail(what + " is out of range");
-    }
-    return static_cast<int>(v);
-  }
-
-  std::optional<int> optional_int(const char* field) const {
-    const json* value = find(field);
-    if (!value) return std::nullopt;
-    return to_int(*value, std::string("field ") + field);
-  }
-
-  int required_positive_int(const char* field) const {
-    const std::optional<int> value = optional_int(field);
-    if (!value) fail(std::string("missing field ") + field);
-    return check_positive(field, *value);
-  }
-
-  int check_positive(const char* field, int value) const {
-    if (value <= 0) {
-      fail(std::string("field ") + field + " must be positive, got " + std::to_string(value));
-    }
-    return value;
-  }
-
-  std::optional<double> optional_number(const char* field) const {
-    const json* value = find(field);
-    if (!value) return std::nullopt;
-    if (!value->is_number()) {
-      fail(std::string("field ") + field + " must be a number, got " + detail::json_kind(*value));
-    }
-    return value->get<double>();
-  }
-
-  std::optional<bool> optional_bool(const char* field) const {
-    const json* value = find(field);
-    if (!value) return std::nullopt;
-    if (!value->is_boolean()) {
-      fail(std::string("field ") + field + " must be a boolean, got " + detail::json_kind(*value));
-    }
-    return value->get<bool>();
-  }
-
-  std::optional<std::string> optional_string(const char* field) const {
-    const json* value = find(field);
-    if (!value) return std::nullopt;
-    if (!value->is_string()) {
-      fail(std::string("field ") + field + " must be a string, got " + detail::json_kind(*value));
-    }
-    return value->get<std::string>();
-  }
-
- private:
-  const std::filesystem::path& path_;
-  const json& root_;
-};
-
-// Fills architecture and model_type, or rejects the model.
-void read_architecture(const ConfigReader& reader, ModelConfig& config) {
-  config.model_type = reader.optional_string("model_type").value_or("");
-  const json* architectures = reader.find("architectures");
-  if (!architectures) {
-    // Older exports carry only model_type; "llama" means the same causal LM.
-    if (config.model_type == "llama") {
-      config.architecture = kLlamaArchitecture;
-      return;
-    }
-    const std::string found =
-        config.model_type.empty() ? "(no architectures or model_type)" : config.model_type;
-    reader.fail("unsupported architecture " + found + " (pagedserve supports LlamaForCausalLM)");
-  }
-  if (!architectures->is_array()) {
-    reader.fail("field architectures must be an array, got " + detail::json_kind(*architectures));
-  }
-  std::string listed;
-  for (const json& entry : *architectures) {
-    if (!entry.is_string()) {
-      reader.fail("field architectures must hold strings, got " + detail::json_kind(entry));
-    }
-    const auto& name = entry.get_ref<const std::string&>();
-    if (name == kLlamaArchitecture) {
-      config.architecture = name;
-      return;
-    }
-    listed += (listed.empty() ? "" : ", ") + name;
-  }
-  if (listed.empty()) listed = "(empty architectures list)";
-  reader.fail("unsupported architecture " + listed + " (pagedserve supports LlamaForCausalLM)");
-}
-
-// Features of the Llama family that change the math; we would silently compute the wrong
-// model if we ignored them, so each gets its own error.
-void reject_unsupported_features(const ConfigReader& reader) {
-  if (const json* rope_scaling = reader.find("rope_scaling")) {
-    reader.fail("rope_scaling is not supported yet (found " + detail::json_brief(*rope_scaling) +
-                "); pagedserve implements plain RoPE only");
-  }
-  if (reader.optional_bool("attention_bias").value_or(false)) {
-    reader.fail(
-        "attention_bias=true is not supported (pagedserve's Llama has no attention biases)");
-  }
-  if (reader.optional_bool("mlp_bias").value_or(false)) {
-    reader.fail("mlp_bias=true is not supported (pagedserve's Llama has no MLP biases)");
-  }
-  if (const auto act = reader.optional_string("hidden_act"); act && *act != "silu") {
-    reader.fail("hidden_act " + *act + " is not supported (pagedserve implements silu)");
-  }
-}
+using detail::ConfigReader;
 
 void read_token_ids(const ConfigReader& reader, ModelConfig& config) {
   config.bos_token_id = reader.optional_int("bos_token_id").value_or(-1);
@@ -180,12 +47,15 @@ ModelConfig load_model_config(const std::filesystem::path& config_json) {
     reader.fail("top level must be a JSON object, got " + detail::json_kind(root));
 
   ModelConfig config;
-  read_architecture(reader, config);
-  reject_unsupported_features(reader);
+  const detail::FamilyReader& family = detail::find_family(reader, config);
 
   config.hidden_size = reader.required_positive_int("hidden_size");
   config.intermediate_size = reader.required_positive_int("intermediate_size");
   config.num_hidden_layers = reader.required_positive_int("num_hidden_layers");
+  if (config.num_hidden_layers > kMaxLayers) {
+    reader.fail("field num_hidden_layers " + std::to_string(config.num_hidden_layers) +
+                " is more than " + std::to_string(kMaxLayers));
+  }
   config.num_attention_heads = reader.required_positive_int("num_attention_heads");
   config.vocab_size = reader.required_positive_int("vocab_size");
   config.num_key_value_heads = reader.check_positive(
@@ -226,7 +96,72 @@ ModelConfig load_model_config(const std::filesystem::path& config_json) {
   } else {
     config.torch_dtype = reader.optional_string("dtype").value_or("");
   }
+  family.read(reader, config);
+  validate_model_config(config, config_json.string());
   return config;
+}
+
+}  // namespace pagedserve::model
+
+namespace pagedserve::model {
+
+float ModelConfig::softmax_scale() const {
+  return attention_scale > 0.0f ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+int ModelConfig::max_window_of_all_layers() const {
+  int widest = 0;
+  for (const LayerConfig& layer : layers) {
+    if (layer.sliding_window <= 0) return 0;
+    widest = std::max(widest, layer.sliding_window);
+  }
+  return widest;
+}
+
+void validate_model_config(const ModelConfig& c, const std::string& source) {
+  const auto fail = [&](const std::string& problem) { throw ModelError(source + ": " + problem); };
+  const auto positive = [&](const char* name, int value) {
+    if (value <= 0) fail(std::string(name) + " must be positive, got " + std::to_string(value));
+  };
+  positive("hidden_size", c.hidden_size);
+  positive("intermediate_size", c.intermediate_size);
+  positive("num_hidden_layers", c.num_hidden_layers);
+  positive("num_attention_heads", c.num_attention_heads);
+  positive("num_key_value_heads", c.num_key_value_heads);
+  positive("head_dim", c.head_dim);
+  positive("vocab_size", c.vocab_size);
+  positive("max_position_embeddings", c.max_position_embeddings);
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    fail("num_attention_heads " + std::to_string(c.num_attention_heads) +
+         " is not a multiple of num_key_value_heads " + std::to_string(c.num_key_value_heads));
+  }
+  const int rotary = c.rope_dims();
+  if (rotary % 2 != 0 || rotary > c.head_dim) {
+    fail("the rotary dimension " + std::to_string(rotary) + " must be even and at most head_dim " +
+         std::to_string(c.head_dim));
+  }
+  if (!(c.rms_norm_eps > 0.0f)) fail("rms_norm_eps must be positive");
+  if (!(c.rope_theta > 0.0f) || !(c.rope_local_theta > 0.0f)) fail("rope_theta must be positive");
+  if (static_cast<int>(c.layers.size()) != c.num_hidden_layers) {
+    fail("per-layer settings for " + std::to_string(c.layers.size()) + " layers, expected " +
+         std::to_string(c.num_hidden_layers));
+  }
+  for (const LayerConfig& layer : c.layers) {
+    if (layer.sliding_window < 0) fail("a sliding window must not be negative");
+  }
+  const RopeScaling& r = c.rope_scaling;
+  if (!(r.factor > 0.0)) fail("the RoPE scaling factor must be positive");
+  if (r.type == RopeScaling::Type::kLongRope) {
+    const size_t half = static_cast<size_t>(rotary / 2);
+    if (r.short_factor.size() != half || r.long_factor.size() != half) {
+      fail("longrope short_factor and long_factor must each have rotary_dim / 2 = " +
+           std::to_string(half) + " entries, got " + std::to_string(r.short_factor.size()) +
+           " and " + std::to_string(r.long_factor.size()));
+    }
+  }
+  if (r.type == RopeScaling::Type::kLlama3 && !(r.high_freq_factor > r.low_freq_factor)) {
+    fail("llama3 rope scaling needs high_freq_factor > low_freq_factor");
+  }
 }
 
 }  // namespace pagedserve::model
