@@ -109,7 +109,7 @@ class GgufFile {
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
 
-  // Metadata in file order of keys sorted by name.
+  // Metadata by key (sorted by name; the file's order is not kept).
   const std::map<std::string, GgufValue, std::less<>>& metadata() const { return metadata_; }
   const GgufValue* find(std::string_view key) const;
 

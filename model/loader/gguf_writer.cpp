@@ -290,8 +290,10 @@ void GgufWriter::write(const std::filesystem::path& path) const {
     throw std::runtime_error("cannot create " + path.string() + ": " + std::strerror(errno));
   out.write(header.data().data(), static_cast<std::streamsize>(header.data().size()));
   for (const Tensor& t : tensors_) {
-    out.write(reinterpret_cast<const char*>(t.bytes.data()),
-              static_cast<std::streamsize>(t.bytes.size()));
+    if (!t.bytes.empty()) {
+      out.write(reinterpret_cast<const char*>(t.bytes.data()),
+                static_cast<std::streamsize>(t.bytes.size()));
+    }
     write_zeros(out, (alignment_ - t.bytes.size() % alignment_) % alignment_);
   }
   out.close();

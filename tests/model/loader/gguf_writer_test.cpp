@@ -24,7 +24,7 @@ namespace raw = testing::gguf_raw;
 
 std::vector<std::byte> to_bytes(const std::string& s) {
   std::vector<std::byte> out(s.size());
-  std::memcpy(out.data(), s.data(), s.size());
+  if (!s.empty()) std::memcpy(out.data(), s.data(), s.size());
   return out;
 }
 
