@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -26,6 +27,7 @@
 #include "model/loader/safetensors.h"
 #include "model/synthetic_model.h"
 #include "model/tokenizer/tokenizer.h"
+#include "tests/model/family_models.h"
 #include "tests/model/gguf_family_util.h"
 #include "tests/test_paths.h"
 
@@ -222,6 +224,63 @@ TEST(GgufConversion, TokenizerMetadataIsTheTokenizerJson) {
   EXPECT_EQ(gguf->get_int("tokenizer.ggml.eos_token_id"), 0);
   EXPECT_EQ(gguf->get_bool("tokenizer.ggml.add_bos_token"), false);
   EXPECT_FALSE(gguf->find("tokenizer.chat_template"));  // the folder has none
+}
+
+// A Llama with attention_bias and mlp_bias (tests/model/family_models.h), converted by the
+// transcription above: LlamaModel.modify_tensors permutes q_proj.bias and k_proj.bias like
+// the weights, and the MLP biases become ffn_gate/ffn_up/ffn_down.bias.
+TEST(GgufConversion, LlamaBiasesLoadAsTheConverterWritesThem) {
+  pagedserve::testing::HfModel hf = pagedserve::testing::llama_model(50);
+  hf.config["attention_bias"] = true;
+  hf.config["mlp_bias"] = true;
+  hf.tensors.clear();
+  const pagedserve::testing::FamilyShape shape;
+  pagedserve::testing::add_tensors(hf, shape, {.qkv_bias = true, .o_bias = true, .mlp_bias = true},
+                                   false, 50);
+  TempDir dir;
+  hf.write(dir.path());
+  const nlohmann::json& c = hf.config;
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  const auto u32 = [&](const char* key, const char* field) {
+    w.add_uint32(std::string("llama.") + key, c.at(field).get<uint32_t>());
+  };
+  u32("context_length", "max_position_embeddings");
+  u32("embedding_length", "hidden_size");
+  u32("block_count", "num_hidden_layers");
+  u32("feed_forward_length", "intermediate_size");
+  u32("attention.head_count", "num_attention_heads");
+  u32("attention.head_count_kv", "num_key_value_heads");
+  u32("attention.key_length", "head_dim");
+  u32("attention.value_length", "head_dim");
+  u32("vocab_size", "vocab_size");
+  u32("rope.dimension_count", "head_dim");
+  w.add_float32("llama.rope.freq_base", c.at("rope_theta").get<float>());
+  w.add_float32("llama.attention.layer_norm_rms_epsilon", c.at("rms_norm_eps").get<float>());
+  w.add_uint32("tokenizer.ggml.bos_token_id", c.at("bos_token_id").get<uint32_t>());
+  w.add_uint32("tokenizer.ggml.eos_token_id", c.at("eos_token_id").get<uint32_t>());
+  for (const auto& [name, tensor] : hf.tensors) {
+    std::vector<float> values = tensor.values;
+    if (name.find("q_proj.") != std::string::npos) {
+      values = converter_permute(values, tensor.shape[0], shape.heads);
+    }
+    if (name.find("k_proj.") != std::string::npos) {
+      values = converter_permute(values, tensor.shape[0], shape.kv_heads);
+    }
+    std::vector<std::byte> bytes(values.size() * sizeof(float));
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    w.add_tensor(llama_cpp_name(name, false), GgmlType::kF32, tensor.shape, std::move(bytes));
+  }
+  w.write(dir.path() / "model.gguf");
+
+  const LlamaCheckpoint from_hf = open_llama_checkpoint(dir.path());
+  const LlamaCheckpoint from_gguf = open_llama_checkpoint(dir.path() / "model.gguf");
+  EXPECT_TRUE(from_gguf.config.qkv_bias && from_gguf.config.o_bias && from_gguf.config.mlp_bias);
+  expect_same_config(from_hf.config, from_gguf.config);
+  const LlamaModel hf_model(from_hf, nullptr);
+  const LlamaModel gguf_model(from_gguf, nullptr);
+  expect_same_logits(hf_model, gguf_model,
+                     {.num_seqs = 3, .min_len = 2, .max_len = 12, .seed = 51});
 }
 
 // ---- stories260K: llama.cpp's own conversion against the Hugging Face folder ----
