@@ -202,8 +202,8 @@ inline HfModel phi3_model(uint32_t seed, int original_max, int window, bool phi4
 
 // Gemma2ForCausalLM: no tie_word_embeddings key (Gemma ties by default), soft-capping and a
 // query_pre_attn_scalar different from head_dim; sliding window on layers 0, 2, ...
-inline HfModel gemma2_model(uint32_t seed, int window) {
-  FamilyShape s{.hidden = 32,
+inline HfModel gemma2_model(uint32_t seed, int window, int hidden = 32) {
+  FamilyShape s{.hidden = hidden,
                 .layers = 4,
                 .heads = 4,
                 .kv_heads = 2,

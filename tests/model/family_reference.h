@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -22,6 +23,10 @@
 #include "tests/model/loader/loader_test_util.h"
 
 namespace pagedserve::testing {
+
+// How far the engine's float32 logits may be from the double-precision reference, relative to
+// the row's largest |logit| (at least 1). Measured worst (2026-12-01): 1.1e-6.
+constexpr double kFamilyTolerance = 1e-4;
 
 struct HfTensor {
   std::vector<int64_t> shape;
@@ -40,14 +45,45 @@ struct HfModel {
     return it->second.values;
   }
 
-  void write(const std::filesystem::path& dir) const {
+  // Writes config.json and model.safetensors with every tensor in `dtype` ("F32", "F16" or
+  // "BF16"; 16-bit ones must hold values from rounded_to, which convert exactly).
+  void write(const std::filesystem::path& dir, const std::string& dtype = "F32") const {
     model::testing::write_json(dir / "config.json", config);
     std::vector<model::testing::RawTensor> raw;
     for (const auto& [name, t] : tensors) {
-      raw.push_back({name, "F32", t.shape, model::testing::f32_bytes(t.values)});
+      if (dtype == "F32") {
+        raw.push_back({name, dtype, t.shape, model::testing::f32_bytes(t.values)});
+        continue;
+      }
+      std::vector<uint16_t> bits;
+      for (float v : t.values) bits.push_back(dtype == "BF16" ? bf16_bits(v) : f16_bits(v));
+      raw.push_back({name, dtype, t.shape, model::testing::u16_bytes(bits)});
     }
     model::testing::write_safetensors(dir / "model.safetensors", raw);
   }
+
+  // A copy whose tensors hold values representable in `dtype` ("F16" or "BF16", round to
+  // nearest even) and whose config says so (torch_dtype), as a 16-bit checkpoint is.
+  HfModel rounded_to(const std::string& dtype) const {
+    HfModel out = *this;
+    out.config["torch_dtype"] = dtype == "BF16" ? "bfloat16" : "float16";
+    for (auto& [name, t] : out.tensors) {
+      for (float& v : t.values) v = round_to(v, dtype);
+    }
+    return out;
+  }
+
+  static float round_to(float v, const std::string& dtype) {
+    if (dtype == "F16") return static_cast<float>(static_cast<_Float16>(v));
+    return std::bit_cast<float>(static_cast<uint32_t>(bf16_bits(v)) << 16);
+  }
+
+ private:
+  static uint16_t bf16_bits(float v) {
+    const auto bits = std::bit_cast<uint32_t>(v);
+    return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+  }
+  static uint16_t f16_bits(float v) { return std::bit_cast<uint16_t>(static_cast<_Float16>(v)); }
 };
 
 // Seeded random tensors with sizes that keep activations O(1) through a few layers.
@@ -178,8 +214,7 @@ inline RopePlan rope_plan(const nlohmann::json& cfg, double base, const nlohmann
 
 class HfReference {
  public:
-  // context_length: see rope_plan (only dynamic and longrope look at it).
-  HfReference(const HfModel& m, int context_length) : m_(m) {
+  explicit HfReference(const HfModel& m) : m_(m) {
     const auto& c = m.config;
     type_ = c.at("model_type").get<std::string>();
     gemma_ = type_ == "gemma2" || type_ == "gemma3_text";
@@ -198,20 +233,8 @@ class HfReference {
     final_softcap_ = optional_number(c, "final_logit_softcapping");
     const double partial = c.value("partial_rotary_factor", 1.0);
     rotary_dim_ = static_cast<int>(head_dim_ * partial);
-    const nlohmann::json scaling = c.value("rope_scaling", nlohmann::json());
-    const double theta = c.value("rope_theta", 10000.0);
     for (int l = 0; l < layers_; ++l) {
-      const bool sliding = layer_is_sliding(l);
-      windows_.push_back(sliding ? c.at("sliding_window").get<int>() : 0);
-      if (type_ == "gemma3_text" && sliding) {  // local layers: plain RoPE, their own base
-        ropes_.push_back(rope_plan(c, c.value("rope_local_base_freq", 10000.0), nullptr,
-                                   rotary_dim_, context_length));
-      } else {
-        ropes_.push_back(rope_plan(c, theta, scaling, rotary_dim_, context_length));
-      }
-      if (type_ == "smollm3" && c.at("no_rope_layers").at(l).get<int>() == 0) {
-        ropes_.back().enabled = false;
-      }
+      windows_.push_back(layer_is_sliding(l) ? c.at("sliding_window").get<int>() : 0);
     }
     keys_.resize(layers_);
     values_.resize(layers_);
@@ -219,17 +242,27 @@ class HfReference {
 
   int window(int layer) const { return windows_[layer]; }
 
-  std::vector<double> next(int32_t token) {
+  // Feeds the token at the next position and returns its logits. forward_length is
+  // max(position_ids) + 1 of the transformers forward that computes this token (the sequence
+  // run alone, chunk by chunk): dynamic NTK and longrope choose their frequencies from it, and
+  // keys already cached keep the rotation of the forward that computed them.
+  std::vector<double> next(int32_t token, int forward_length) {
     const int pos = position_++;
+    const std::vector<RopePlan>& ropes = ropes_for(forward_length);
     const auto& embed = m_.at("model.embed_tokens.weight");
     std::vector<double> x(embed.begin() + static_cast<size_t>(token) * hidden_,
                           embed.begin() + static_cast<size_t>(token + 1) * hidden_);
-    if (gemma_) {
-      for (double& v : x) v *= std::sqrt(static_cast<double>(hidden_));
+    if (gemma_) {  // transformers: the normalizer is a tensor of the model's dtype
+      double normalizer = std::sqrt(static_cast<double>(hidden_));
+      const std::string dtype = m_.config.value("torch_dtype", std::string("float32"));
+      if (dtype == "bfloat16")
+        normalizer = HfModel::round_to(static_cast<float>(normalizer), "BF16");
+      if (dtype == "float16") normalizer = HfModel::round_to(static_cast<float>(normalizer), "F16");
+      for (double& v : x) v *= normalizer;
     }
     for (int l = 0; l < layers_; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
-      auto h = attention(l, p, norm(x, p + "input_layernorm.weight"), pos);
+      auto h = attention(l, p, norm(x, p + "input_layernorm.weight"), pos, ropes[l]);
       if (gemma_) h = norm(h, p + "post_attention_layernorm.weight");
       for (int i = 0; i < hidden_; ++i) x[i] += h[i];
       const std::string mlp_norm =
@@ -250,6 +283,35 @@ class HfReference {
  private:
   static double optional_number(const nlohmann::json& c, const char* key) {
     return c.contains(key) && c.at(key).is_number() ? c.at(key).get<double>() : 0.0;
+  }
+
+  // Every layer's RoPE for a forward of `forward_length` tokens.
+  const std::vector<RopePlan>& ropes_for(int forward_length) {
+    auto found = ropes_.find(forward_length);
+    if (found != ropes_.end()) return found->second;
+    const auto& c = m_.config;
+    const nlohmann::json scaling = c.value("rope_scaling", nlohmann::json());
+    std::vector<RopePlan> ropes;
+    for (int l = 0; l < layers_; ++l) {
+      if (c.contains("rope_parameters")) {  // transformers 5: theta and scaling in one object
+        nlohmann::json p = c.at("rope_parameters");
+        if (p.contains("full_attention")) {  // Gemma 3: one object per layer type
+          p = p.at(windows_[l] > 0 ? "sliding_attention" : "full_attention");
+        }
+        ropes.push_back(
+            rope_plan(c, p.at("rope_theta").get<double>(), p, rotary_dim_, forward_length));
+      } else if (type_ == "gemma3_text" && windows_[l] > 0) {  // local: plain RoPE, own base
+        ropes.push_back(rope_plan(c, c.value("rope_local_base_freq", 10000.0), nullptr, rotary_dim_,
+                                  forward_length));
+      } else {
+        ropes.push_back(
+            rope_plan(c, c.value("rope_theta", 10000.0), scaling, rotary_dim_, forward_length));
+      }
+      if (type_ == "smollm3" && c.at("no_rope_layers").at(l).get<int>() == 0) {
+        ropes.back().enabled = false;
+      }
+    }
+    return ropes_[forward_length] = std::move(ropes);
   }
 
   // Which layers use the sliding window, as each family's config class decides.
@@ -321,8 +383,8 @@ class HfReference {
     }
   }
 
-  std::vector<double> attention(int l, const std::string& p, const std::vector<double>& h,
-                                int pos) {
+  std::vector<double> attention(int l, const std::string& p, const std::vector<double>& h, int pos,
+                                const RopePlan& rope) {
     const int q_size = heads_ * head_dim_, kv_size = kv_heads_ * head_dim_;
     std::vector<double> q, k, v;
     if (m_.has(p + "self_attn.qkv_proj.weight")) {  // Phi-3: q, k, v stacked in one matrix
@@ -336,8 +398,8 @@ class HfReference {
     }
     head_norm(q, heads_, p + "self_attn.q_norm.weight");
     head_norm(k, kv_heads_, p + "self_attn.k_norm.weight");
-    for (int head = 0; head < heads_; ++head) rotate(&q[head * head_dim_], ropes_[l], pos);
-    for (int head = 0; head < kv_heads_; ++head) rotate(&k[head * head_dim_], ropes_[l], pos);
+    for (int head = 0; head < heads_; ++head) rotate(&q[head * head_dim_], rope, pos);
+    for (int head = 0; head < kv_heads_; ++head) rotate(&k[head * head_dim_], rope, pos);
     keys_[l].push_back(k);
     values_[l].push_back(v);
     // HF's sliding mask: kv_idx > q_idx - sliding_window (the window includes the query).
@@ -392,8 +454,8 @@ class HfReference {
   bool gemma_ = false;
   int hidden_, layers_, heads_, kv_heads_, head_dim_, ffn_, vocab_, rotary_dim_;
   double eps_, scale_, attn_softcap_, final_softcap_;
-  std::vector<int> windows_;  // per layer; 0 = full attention
-  std::vector<RopePlan> ropes_;
+  std::vector<int> windows_;                    // per layer; 0 = full attention
+  std::map<int, std::vector<RopePlan>> ropes_;  // by forward length
   int position_ = 0;
   std::vector<std::vector<std::vector<double>>> keys_, values_;  // [layer][pos][kv_heads*hd]
 };

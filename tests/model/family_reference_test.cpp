@@ -4,17 +4,20 @@
 // lengths, prompts fed in 1-3 chunks then decoded token by token, sequences joining mid-run,
 // prompts longer than the sliding window, block size 4 with shuffled block tables.
 //
-// Two RoPE types make the frequencies depend on the length of the transformers forward pass,
-// so the sequences here are shaped to where every reading of them agrees:
+// The reference is transformers running each sequence alone, forward by forward with the same
+// chunks as the engine (as generate() does with a cache). Two RoPE types depend on the forward:
+// - longrope (Phi-3): long_factor when the forward's max(position)+1 exceeds
+//   original_max_position_embeddings, else short_factor; keys already cached keep the rotation
+//   they were stored with. (Batched, transformers takes that max over the padded batch and vLLM
+//   over every position in the batch, so a sequence's logits would depend on its neighbours;
+//   per sequence is the reading where they do not.) Tested with every sequence within the
+//   original length, with every first chunk beyond it, and with sequences crossing it.
 // - dynamic NTK: transformers recomputes the base per forward from max(position)+1 (clamped below
-//   at max_position_embeddings); a cache built by earlier forwards keeps keys rotated with older
-//   bases. vLLM (and this engine) use one base, the one transformers computes for a forward of
-//   max_position_embeddings * factor tokens. The test feeds sequences of exactly that length and
-//   compares every row with transformers' single forward over the whole sequence.
-// - longrope (Phi-3): transformers uses long_factor when the forward's max(position)+1 exceeds
-//   original_max_position_embeddings, else short_factor. One test keeps every sequence within the
-//   original length (short factors throughout); another makes every sequence's first chunk longer
-//   than it (long factors from the first forward on).
+//   at max_position_embeddings), leaving older keys rotated with older bases. vLLM (and this
+//   engine) use one base, the one transformers computes for a forward of
+//   max_position_embeddings * factor tokens: the test feeds sequences of exactly that length
+//   and compares every row with transformers' single forward over the whole sequence. Shorter
+//   sequences differ from transformers by design and are not tested.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +26,8 @@
 #include <random>
 #include <string>
 
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/thread_pool.h"
 #include "model/llama_model.h"
 #include "model/loader/llama_weights.h"
 #include "model/loader/model_error.h"
@@ -45,9 +50,13 @@ struct RunSpec {
   int first_chunk_min = 1;  // each sequence's first forward covers at least this many tokens
   int block_size = 4;
   uint32_t seed = 1;
+  std::string dtype = "F32";         // of the checkpoint written
+  bool whole_sequence_rope = false;  // reference RoPE from one forward over the whole sequence
+  kernels::Isa isa = kernels::best_isa();
+  kernels::ThreadPool* pool = nullptr;
 };
 
-constexpr double kTolerance = 1e-4;  // relative to the row's largest |logit| (at least 1)
+constexpr double kTolerance = ref::kFamilyTolerance;
 
 struct Seq {
   std::vector<int32_t> tokens;
@@ -107,7 +116,7 @@ bool row_matches(const float* got, const std::vector<double>& want, const std::s
 // logits row with the reference.
 void run_and_compare(const HfModel& hf, const std::filesystem::path& dir, const RunSpec& spec) {
   const LlamaCheckpoint checkpoint = open_llama_checkpoint(dir);
-  const LlamaModel model(checkpoint, nullptr);
+  const LlamaModel model(checkpoint, spec.pool, spec.isa);
   const ModelConfig& c = model.config();
   const int vocab = hf.config.at("vocab_size");
   ASSERT_EQ(c.vocab_size, vocab);
@@ -124,8 +133,17 @@ void run_and_compare(const HfModel& hf, const std::filesystem::path& dir, const 
     s.chunks = schedule(static_cast<int>(s.tokens.size()), spec.first_chunk_min, rng);
     s.start_step = i == 0 ? 0 : std::uniform_int_distribution<int>(0, 2)(rng);
     blocks_needed += (static_cast<int>(s.tokens.size()) + spec.block_size - 1) / spec.block_size;
-    HfReference reference(hf, static_cast<int>(s.tokens.size()));
-    for (int32_t t : s.tokens) s.reference_logits.push_back(reference.next(t));
+    HfReference reference(hf);
+    int done = 0;
+    for (int chunk : s.chunks) {
+      // Dynamic NTK: one forward over the whole sequence (see the top); else forward by forward.
+      const int forward_length =
+          spec.whole_sequence_rope ? static_cast<int>(s.tokens.size()) : done + chunk;
+      for (int i = 0; i < chunk; ++i) {
+        s.reference_logits.push_back(reference.next(s.tokens[done + i], forward_length));
+      }
+      done += chunk;
+    }
   }
   const int num_blocks = 2 * blocks_needed + 3;
   std::vector<int32_t> free_blocks(num_blocks);
@@ -172,9 +190,11 @@ void run_and_compare(const HfModel& hf, const std::filesystem::path& dir, const 
 // engine throws (refusing the model, or failing mid-run) is a failure naming the message.
 void expect_engine_matches_reference(const HfModel& hf, const RunSpec& spec) {
   SCOPED_TRACE(hf.config.at("architectures")[0].get<std::string>() + " " +
-               std::to_string(spec.num_seqs) + " seqs, seed " + std::to_string(spec.seed));
+               std::to_string(spec.num_seqs) + " seqs, seed " + std::to_string(spec.seed) + ", " +
+               kernels::isa_name(spec.isa) + (spec.pool ? ", 3 threads" : ", 1 thread") + ", " +
+               spec.dtype);
   TempDir dir;
-  hf.write(dir.path());
+  hf.write(dir.path(), spec.dtype);
   try {
     run_and_compare(hf, dir.path(), spec);
   } catch (const std::exception& e) {
@@ -182,12 +202,23 @@ void expect_engine_matches_reference(const HfModel& hf, const RunSpec& spec) {
   }
 }
 
-// Batches of 1..8 sequences, each batch with its own seed.
+// Batches of 1..8 sequences, each batch with its own seed, on this CPU's best kernels; then
+// five sequences on every kernel path this CPU has, split over three threads.
 void expect_batches_match(const HfModel& hf, RunSpec spec) {
   const uint32_t base_seed = spec.seed;
   for (int n = 1; n <= 8; ++n) {
     spec.num_seqs = n;
     spec.seed = base_seed + 17 * n;
+    expect_engine_matches_reference(hf, spec);
+    if (::testing::Test::HasFailure()) return;
+  }
+  kernels::ThreadPool pool(3, /*min_parallel_flops=*/0.0);
+  for (kernels::Isa isa : {kernels::Isa::kPortable, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+    if (!kernels::isa_supported(isa)) continue;
+    spec.num_seqs = 5;
+    spec.seed = base_seed + 7;
+    spec.isa = isa;
+    spec.pool = &pool;
     expect_engine_matches_reference(hf, spec);
     if (::testing::Test::HasFailure()) return;
   }
@@ -228,7 +259,8 @@ TEST(FamilyReference, LlamaLinearRopeScaling) {
 TEST(FamilyReference, LlamaDynamicRopeScalingAtFullLength) {
   HfModel hf = ref::llama_model(4, {{"type", "dynamic"}, {"factor", 2.0}});
   hf.config["max_position_embeddings"] = 12;
-  expect_batches_match(hf, {.min_len = 24, .max_len = 24, .seed = 400});
+  expect_batches_match(hf,
+                       {.min_len = 24, .max_len = 24, .seed = 400, .whole_sequence_rope = true});
 }
 
 // YaRN: factor 4 from an original 64 (max_position_embeddings 256); with head_dim 16 and
@@ -269,12 +301,45 @@ TEST(FamilyReference, MistralSlidingWindowShorterThanPrompts) {
   expect_batches_match(ref::mistral_model(8, 5), {.min_len = 6, .max_len = 22, .seed = 800});
 }
 
+// Mistral 7B v0.2/v0.3 style: "sliding_window": null and "head_dim": null (hidden / heads).
+TEST(FamilyReference, MistralNullSlidingWindowAndHeadDim) {
+  HfModel hf = ref::mistral_model(23, 5);
+  hf.config["sliding_window"] = nullptr;
+  hf.config["head_dim"] = nullptr;
+  hf.tensors.clear();
+  ref::add_tensors(hf, {}, {}, false, 23);  // FamilyShape{}: head_dim 12 = 48 / 4
+  expect_batches_match(hf, {.max_len = 20, .seed = 2300});
+}
+
 TEST(FamilyReference, Qwen2BiasesTiedEmbeddingsSlidingWindowOff) {
   expect_batches_match(ref::qwen2_model(9), {.min_len = 5, .max_len = 20, .seed = 900});
 }
 
 TEST(FamilyReference, Qwen3QkNormExplicitHeadDim) {
   expect_batches_match(ref::qwen3_model(10), {.max_len = 20, .seed = 1000});
+}
+
+// use_sliding_window true: layers from max_window_layers on use the window, the first ones
+// attend to everything.
+TEST(FamilyReference, Qwen2SlidingWindowFromMaxWindowLayers) {
+  HfModel hf = ref::qwen2_model(21);
+  hf.config["use_sliding_window"] = true;
+  hf.config["sliding_window"] = 5;
+  hf.config["max_window_layers"] = 1;
+  expect_batches_match(hf, {.min_len = 6, .max_len = 22, .seed = 2100});
+}
+
+// YaRN as the Qwen3 model cards add it: factor 4 over original_max_position_embeddings, with
+// max_position_embeddings left at its own value (40, not 4 * 16). transformers takes factor
+// from rope_scaling (its ratio only when factor is absent) and the correction range from the
+// original length, as vLLM does.
+TEST(FamilyReference, Qwen3YarnFactorFromRopeScaling) {
+  HfModel hf = ref::qwen3_model(22);
+  hf.config["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 16}};
+  hf.config["rope_theta"] = 10000.0;
+  hf.config["max_position_embeddings"] = 40;
+  expect_batches_match(hf, {.max_len = 20, .seed = 2200});
 }
 
 // Every sequence within original_max_position_embeddings (16): short factors.
@@ -289,9 +354,17 @@ TEST(FamilyReference, Phi3LongRopeLongFactorsAndSlidingWindow) {
                        {.min_len = 17, .max_len = 30, .first_chunk_min = 17, .seed = 1200});
 }
 
+// Sequences from 8 to 30 tokens in random chunks: forwards up to 16 tokens use short factors,
+// later ones long factors against keys cached with short ones, as in transformers.
+TEST(FamilyReference, Phi3LongRopeCrossingTheOriginalLength) {
+  expect_batches_match(ref::phi3_model(20, 16, 6, false),
+                       {.min_len = 8, .max_len = 30, .seed = 2000});
+}
+
 TEST(FamilyReference, Phi4MiniPartialRotaryTied) {
   expect_batches_match(ref::phi3_model(13, 16, 64, true),
                        {.min_len = 1, .max_len = 16, .seed = 1300});
+  if (HasFailure()) return;
   expect_batches_match(ref::phi3_model(14, 16, 64, true),
                        {.min_len = 17, .max_len = 28, .first_chunk_min = 17, .seed = 1350});
 }
@@ -308,110 +381,46 @@ TEST(FamilyReference, Gemma3FiveLocalOneGlobal) {
 
 TEST(FamilyReference, Gemma3ExplicitLayerTypes) {
   const nlohmann::json layer_types = {"full_attention", "sliding_attention", "full_attention"};
-  expect_batches_match(ref::gemma3_model(17, 4, layer_types),
-                       {.min_len = 5, .max_len = 20, .seed = 1700});
+  HfModel hf = ref::gemma3_model(17, 4, layer_types);
+  hf.config["rope_scaling"] = nullptr;  // as Gemma 3 1B has it
+  expect_batches_match(hf, {.min_len = 5, .max_len = 20, .seed = 1700});
 }
 
 TEST(FamilyReference, SmolLM3NoRopeLayers) {
   expect_batches_match(ref::smollm3_model(18), {.max_len = 20, .seed = 1800});
 }
 
-// ---- The tests above can fail ----
+// ---- 16-bit checkpoints ----
 
-// Largest |a - b| / max(1, |b|) between the reference logits of two models on one sequence.
-double reference_difference(const HfModel& a, const HfModel& b, int length, int context_a,
-                            int context_b) {
-  std::mt19937 rng(5);
-  std::uniform_int_distribution<int> token(0, a.config.at("vocab_size").get<int>() - 1);
-  HfReference ra(a, context_a), rb(b, context_b);
-  double worst = 0;
-  for (int i = 0; i < length; ++i) {
-    const int32_t t = token(rng);
-    const auto la = ra.next(t), lb = rb.next(t);
-    for (size_t v = 0; v < la.size(); ++v) {
-      worst = std::max(worst, std::abs(la[v] - lb[v]) / std::max(1.0, std::abs(lb[v])));
-    }
-  }
-  return worst;
-}
-
-// Each family feature moves the reference's logits by far more than the tolerance on the
-// sequence lengths used above, so an engine that ignored it would fail its test.
-TEST(FamilyReference, EveryFeatureChangesTheReferenceLogits) {
-  struct Case {
-    std::string what;
-    HfModel with, without;
-    int length = 20, context_with = 20, context_without = 20;
-  };
-  std::vector<Case> cases;
-  auto add = [&](std::string what, const HfModel& with, auto&& strip) {
-    HfModel without = with;
-    strip(without);
-    cases.push_back({std::move(what), with, std::move(without)});
-  };
-  auto no_scaling = [](HfModel& m) { m.config["rope_scaling"] = nullptr; };
-  ref::FamilyShape s16{.hidden = 64, .heads = 4, .kv_heads = 1, .head_dim = 16};
-  HfModel llama3 = ref::llama_model(2,
-                                    {{"rope_type", "llama3"},
-                                     {"factor", 8.0},
-                                     {"low_freq_factor", 1.0},
-                                     {"high_freq_factor", 4.0},
-                                     {"original_max_position_embeddings", 64}},
-                                    s16);
-  llama3.config["rope_theta"] = 500.0;
-  add("llama3 rope", llama3, no_scaling);
-  add("linear rope", ref::llama_model(3, {{"type", "linear"}, {"factor", 4.0}}), no_scaling);
-  HfModel dynamic = ref::llama_model(4, {{"type", "dynamic"}, {"factor", 2.0}});
-  dynamic.config["max_position_embeddings"] = 12;
-  add("dynamic rope", dynamic, no_scaling);
+// Every family from BF16 and F16 safetensors (as they ship): the engine keeps the matrices
+// 16-bit and widens them exactly, so the reference runs on the same rounded values. Gemma's
+// embedding normalizer is rounded to the checkpoint dtype, as transformers does.
+TEST(FamilyReference, SixteenBitCheckpointsOfEveryFamily) {
   HfModel yarn = ref::llama_model(
-      5, {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}}, s16);
+      30, {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}});
   yarn.config["max_position_embeddings"] = 256;
-  add("yarn rope", yarn, no_scaling);
-  add("mistral sliding window", ref::mistral_model(8, 5),
-      [](HfModel& m) { m.config["sliding_window"] = nullptr; });
-  add("qwen2 use_sliding_window", ref::qwen2_model(9),
-      [](HfModel& m) { m.config["use_sliding_window"] = true; });
-  add("qwen2 biases", ref::qwen2_model(9), [](HfModel& m) {
-    for (auto it = m.tensors.begin(); it != m.tensors.end();) {
-      it = it->first.ends_with(".bias") ? m.tensors.erase(it) : std::next(it);
+  yarn.config["attention_bias"] = true;
+  yarn.config["mlp_bias"] = true;
+  yarn.tensors.clear();
+  ref::add_tensors(yarn, {}, {.qkv_bias = true, .o_bias = true, .mlp_bias = true}, false, 30);
+  const std::vector<HfModel> models = {
+      yarn,
+      ref::mistral_model(31, 5),
+      ref::qwen2_model(32),
+      ref::qwen3_model(33),
+      ref::phi3_model(34, 16, 6, false),
+      ref::phi3_model(35, 16, 64, true),
+      ref::gemma2_model(36, 5, 40),  // hidden 40: a normalizer that bfloat16 rounds by 0.2%
+      ref::gemma3_model(37, 5),
+      ref::smollm3_model(38),
+  };
+  for (const std::string dtype : {"BF16", "F16"}) {
+    for (const HfModel& hf : models) {
+      expect_engine_matches_reference(
+          hf.rounded_to(dtype),
+          {.num_seqs = 4, .min_len = 6, .max_len = 22, .seed = 3000, .dtype = dtype});
+      if (HasFailure()) return;
     }
-  });
-  add("qwen3 q/k norm", ref::qwen3_model(10), [](HfModel& m) {
-    for (int l = 0; l < 3; ++l) {
-      const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
-      m.tensors.erase(p + "q_norm.weight");
-      m.tensors.erase(p + "k_norm.weight");
-    }
-  });
-  add("phi3 sliding window", ref::phi3_model(11, 16, 6, false),
-      [](HfModel& m) { m.config["sliding_window"] = nullptr; });
-  add("phi4-mini partial rotary", ref::phi3_model(13, 16, 64, true), [](HfModel& m) {
-    m.config["partial_rotary_factor"] = 0.5;  // 4 of 8 factors used
-  });
-  add("gemma2 attention softcap", ref::gemma2_model(15, 5),
-      [](HfModel& m) { m.config["attn_logit_softcapping"] = nullptr; });
-  add("gemma2 final softcap", ref::gemma2_model(15, 5),
-      [](HfModel& m) { m.config["final_logit_softcapping"] = nullptr; });
-  add("gemma2 query_pre_attn_scalar", ref::gemma2_model(15, 5),
-      [](HfModel& m) { m.config["query_pre_attn_scalar"] = 16; });
-  add("gemma2 sliding window", ref::gemma2_model(15, 5),
-      [](HfModel& m) { m.config["sliding_window"] = nullptr; });
-  add("gemma3 local rope base", ref::gemma3_model(16, 5),
-      [](HfModel& m) { m.config["rope_local_base_freq"] = 1000000.0; });
-  add("gemma3 global linear scaling", ref::gemma3_model(16, 5), no_scaling);
-  add("gemma3 sliding window", ref::gemma3_model(16, 5),
-      [](HfModel& m) { m.config["sliding_window"] = nullptr; });
-  add("smollm3 no-rope layer", ref::smollm3_model(18), [](HfModel& m) {
-    m.config["no_rope_layers"] = {1, 1, 1, 1};
-  });
-  // Phi-3 short against long factors: the same model read at two context lengths.
-  cases.push_back({"phi3 long factors", ref::phi3_model(11, 16, 6, false),
-                   ref::phi3_model(11, 16, 6, false), 16, 17, 16});
-  for (const Case& c : cases) {
-    const double difference =
-        reference_difference(c.with, c.without, c.length, c.context_with, c.context_without);
-    EXPECT_GT(difference, 100 * kTolerance) << c.what;
   }
 }
 
@@ -436,6 +445,20 @@ TEST(FamilyReference, UnknownArchitectureIsNamedWithTheSupportedOnes) {
       EXPECT_NE(message.find(supported), std::string::npos)
           << "not listed: " << supported << " in: " << message;
     }
+  }
+}
+
+TEST(FamilyReference, UnknownRopeTypeIsNamed) {
+  HfModel hf = ref::llama_model(24, {{"rope_type", "foo_rope"}, {"factor", 2.0}});
+  TempDir dir;
+  hf.write(dir.path());
+  try {
+    (void)open_llama_checkpoint(dir.path());
+    FAIL() << "an unknown rope_scaling type was accepted";
+  } catch (const ModelError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("foo_rope"), std::string::npos) << message;
+    EXPECT_NE(message.find("config.json"), std::string::npos) << message;
   }
 }
 
