@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <numbers>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -281,6 +282,42 @@ TEST(GgufConversion, LlamaBiasesLoadAsTheConverterWritesThem) {
   const LlamaModel gguf_model(from_gguf, nullptr);
   expect_same_logits(hf_model, gguf_model,
                      {.num_seqs = 3, .min_len = 2, .max_len = 12, .seed = 51});
+}
+
+// Tokenizer::from_gguf on make-model's metadata encodes and decodes like tokenizer.json:
+// GPT-2's pre-tokenizer splits (contractions, letters, digits, punctuation runs, spaces before
+// words and at the end), bytes above 0x7f, and the special token.
+TEST(GgufConversion, GgufTokenizerEncodesLikeTokenizerJson) {
+  const auto both = write_both(tiny_spec(SyntheticFamily::kGemma3, 60));
+  SyntheticModelSpec big = tiny_spec(SyntheticFamily::kLlama, 61);
+  big.vocab_size = 3000;  // enough merges that words become single tokens
+  const auto big_both = write_both(big);
+  for (const BothFormats* model : {both.get(), big_both.get()}) {
+    const Tokenizer from_json = Tokenizer::from_dir(model->hf);
+    const Tokenizer from_gguf = Tokenizer::from_gguf(*GgufFile::open(model->gguf));
+    EXPECT_EQ(from_gguf.vocab_size(), from_json.vocab_size());
+    EXPECT_EQ(from_gguf.bos_token_id(), from_json.bos_token_id());
+    EXPECT_EQ(from_gguf.eos_token_id(), from_json.eos_token_id());
+    // The vocabulary's own merged tokens glued together: their merges span the boundaries the
+    // pre-tokenizer keeps (letter|digit, space|punctuation, ...), so a wrong split shows.
+    std::mt19937 rng(62);
+    std::string mixed;
+    for (int i = 0; i < 600; ++i) {
+      const int32_t id = 257 + static_cast<int32_t>(rng() % (from_json.vocab_size() - 257));
+      mixed += from_json.decode(std::vector<int32_t>{id}, false, false);
+    }
+    for (const char* text :
+         {"Hello world", "Once upon a time, there was a little girl named Lily.",
+          "I'm sure they'll say it's 2024: 12345 apples!!   ", "tabs\tand\nnewlines\n\n  x",
+          "caf\xc3\xa9 na\xc3\xafve \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\x98\x80",
+          "a<|endoftext|>b", "", mixed.c_str()}) {
+      const std::vector<int32_t> ids = from_json.encode(text);
+      EXPECT_EQ(from_gguf.encode(text), ids) << std::string(text).substr(0, 80);
+      // Without clean-up: llama.cpp's "gpt-2" vocabularies clean spaces on decode (and
+      // from_gguf with them), while this tokenizer_config.json says not to.
+      EXPECT_EQ(from_gguf.decode(ids, false, false), from_json.decode(ids, false, false));
+    }
+  }
 }
 
 // ---- stories260K: llama.cpp's own conversion against the Hugging Face folder ----
