@@ -80,7 +80,8 @@ void write_synthetic_model(const std::filesystem::path& dir, const SyntheticMode
 // {arch}.* hyperparameters, llama.cpp's tensor names, Q/K rows permuted for llama.cpp's RoPE
 // in llama-architecture files, Gemma norms stored as 1 + w, 1-D tensors in F32, Llama 3's
 // rope_freqs and Phi-3's rope_factors_long/short tensors, and the tokenizer as gpt2 metadata.
-// Throws std::runtime_error when the file cannot be written.
+// The whole file is built in memory before it is written (GgufWriter). Throws
+// std::runtime_error when the file cannot be written.
 void write_synthetic_gguf(const std::filesystem::path& file, const SyntheticModelSpec& spec);
 
 }  // namespace pagedserve::model
