@@ -4,14 +4,22 @@
 // block tables), sequences longer than the sliding windows, norms jittered so every norm
 // matters. The GGUF loader undoes what the converter did (Q/K permutation, Gemma's 1 + w,
 // rope_freqs, longrope factors) and reads each family's switches from metadata; the Hugging
-// Face loader reads them from config.json: any disagreement shows in the logits.
+// Face loader reads them from config.json: any disagreement shows in the logits. And the folder
+// itself is the family it claims to be: the engine on it matches HfReference
+// (tests/model/family_reference.h, the transformers modeling code in double precision), which
+// reads only config.json and the tensors.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "model/llama_model.h"
 #include "model/loader/llama_weights.h"
+#include "model/loader/safetensors.h"
 #include "model/synthetic_model.h"
+#include "tests/model/family_reference.h"
 #include "tests/model/gguf_family_util.h"
 
 namespace pagedserve::model {
@@ -74,6 +82,58 @@ TEST(GgufFamily, SixteenBitFormatsGiveTheSameLogits) {
       spec.dtype = dtype;
       expect_formats_agree(spec);
     }
+  }
+}
+
+// make-model's folder read back as the reference's HfModel: config.json and every tensor.
+pagedserve::testing::HfModel read_folder(const std::filesystem::path& dir) {
+  pagedserve::testing::HfModel m;
+  std::ifstream config(dir / "config.json");
+  m.config = nlohmann::json::parse(config);
+  const auto file = SafetensorsFile::open(dir / "model.safetensors");
+  for (const auto& [name, view] : file->tensors()) m.tensors[name] = {view.shape, to_f32(view)};
+  return m;
+}
+
+constexpr double kReferenceTolerance = 1e-4;  // float32 engine against the double reference
+
+void expect_folder_matches_reference(const SyntheticModelSpec& spec) {
+  SCOPED_TRACE(std::string("--arch ") + synthetic_family_name(spec.family));
+  TempDir dir;
+  write_synthetic_model(dir.path(), spec);
+  const pagedserve::testing::HfModel hf = read_folder(dir.path());
+  const LlamaCheckpoint checkpoint = open_llama_checkpoint(dir.path());
+  const LlamaModel model(checkpoint, nullptr);
+  const Schedule schedule =
+      make_schedule(spec.vocab_size, {.num_seqs = 3, .min_len = 3, .max_len = 24, .seed = 77});
+  const auto logits_at = run(model, schedule);
+  for (size_t i = 0; i < schedule.seqs.size(); ++i) {
+    const std::vector<int32_t>& tokens = schedule.seqs[i].tokens;
+    pagedserve::testing::HfReference reference(hf);
+    size_t pos = 0;
+    for (const int chunk : schedule.seqs[i].chunks) {  // the forward lengths transformers sees
+      const int forward_length = static_cast<int>(pos) + chunk;
+      for (int c = 0; c < chunk; ++c, ++pos) {
+        const std::vector<double> want = reference.next(tokens[pos], forward_length);
+        const auto it = logits_at.find({static_cast<int>(i), static_cast<int>(pos)});
+        if (it == logits_at.end()) continue;  // inside a prefill chunk: no logits row
+        double scale = 1.0;
+        for (double w : want) scale = std::max(scale, std::abs(w));
+        for (size_t v = 0; v < want.size(); ++v) {
+          ASSERT_NEAR(it->second[v], want[v], kReferenceTolerance * scale)
+              << "seq " << i << " pos " << pos << " logit " << v;
+        }
+      }
+    }
+  }
+}
+
+// Each family's folder against the transformers reference (sequences stay within Phi-3's
+// original context, so short factors apply in both).
+TEST(GgufFamily, EveryFamilyFolderMatchesTheTransformersReference) {
+  for (int f = 0; f <= static_cast<int>(SyntheticFamily::kSmolLM3); ++f) {
+    expect_folder_matches_reference(tiny_spec(static_cast<SyntheticFamily>(f), 70 + f));
+    if (::testing::Test::HasFailure()) return;
   }
 }
 
