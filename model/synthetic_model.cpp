@@ -138,7 +138,7 @@ void add_family_keys(const SyntheticModelSpec& s, const FamilyTraits& t, json& c
       c["use_sliding_window"] = false;
       c["sliding_window"] = s.sliding_window;
       c["max_window_layers"] = s.num_layers;
-      c["attention_bias"] = false;
+      if (s.family == SyntheticFamily::kQwen3) c["attention_bias"] = false;  // Qwen2: always on
       break;
     case SyntheticFamily::kPhi3:
       c["rope_scaling"] = {{"type", "longrope"},
