@@ -180,7 +180,9 @@ void read_family(const GgufReader& r, ModelConfig& c) {
   const int window = static_cast<int>(r.arch_int("attention.sliding_window").value_or(0));
   if (a == "qwen2") c.qkv_bias = true;
   if (a == "qwen3" || a == "gemma3") c.qk_norm = true;
-  if (a == "phi3") {
+  // Phi-3 (and a llama file that states a window, as make-model's Mistral does; the
+  // converter writes none for Mistral, so llama.cpp runs those with full attention).
+  if (a == "phi3" || a == "llama") {
     for (LayerConfig& layer : c.layers) layer.sliding_window = window;
   }
   if (a == "smollm3") {
@@ -264,6 +266,10 @@ void open_layer(GgufReader& r, const ModelConfig& c, bool permuted_qk, int i,
     layer.q_bias = r.require(p + "attn_q.bias", {q_rows});
     layer.k_bias = r.require(p + "attn_k.bias", {kv_rows});
     layer.v_bias = r.require(p + "attn_v.bias", {kv_rows});
+    if (permuted_qk) {  // the converter permutes q_proj.bias and k_proj.bias like the weights
+      layer.q_bias = r.unpermute_rows(layer.q_bias, c.num_attention_heads, c.head_dim);
+      layer.k_bias = r.unpermute_rows(layer.k_bias, c.num_key_value_heads, c.head_dim);
+    }
   }
   if (c.qk_norm) {
     layer.q_norm = r.require(p + "attn_q_norm.weight", {c.head_dim});
@@ -283,6 +289,11 @@ void open_layer(GgufReader& r, const ModelConfig& c, bool permuted_qk, int i,
     layer.w_gate_up = r.require(p + "ffn_up.weight", {2 * ffn, hidden});  // Phi-3: fused
   }
   layer.w_down = r.require(p + "ffn_down.weight", {hidden, ffn});
+  if (c.mlp_bias) {  // Llama mlp_bias
+    layer.gate_bias = r.require(p + "ffn_gate.bias", {ffn});
+    layer.up_bias = r.require(p + "ffn_up.bias", {ffn});
+    layer.down_bias = r.require(p + "ffn_down.bias", {hidden});
+  }
 }
 
 }  // namespace
@@ -323,6 +334,7 @@ LlamaCheckpoint open_gguf_checkpoint(const std::filesystem::path& gguf_file) {
   // Biases are announced by their tensors in GGUF.
   c.qkv_bias = c.qkv_bias || file.find_tensor("blk.0.attn_q.bias") != nullptr;
   c.o_bias = file.find_tensor("blk.0.attn_output.bias") != nullptr;
+  c.mlp_bias = file.find_tensor("blk.0.ffn_down.bias") != nullptr;
   validate_model_config(c, gguf_file.string());
 
   for (int i = 0; i < c.num_hidden_layers; ++i) {

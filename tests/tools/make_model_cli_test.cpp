@@ -1,5 +1,6 @@
 // `pagedserve make-model` as a user runs it: the model it writes runs under `generate`, the same
-// flags give the same files, and bad flags exit 2 naming the problem.
+// flags give the same files, every family's GGUF generates what its Hugging Face folder does,
+// and bad flags exit 2 naming the problem.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tests/tools/run_pagedserve.h"
 
@@ -67,6 +69,51 @@ TEST(MakeModelCli, BadFlagsExitTwoNamingTheProblem) {
   r = run("make-model" + kSmallShape);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("--out"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+// Every family, both formats: `generate` on the GGUF file gives the greedy tokens it gives on
+// the Hugging Face folder of the same flags (the GGUF's tokenizer and weights included).
+TEST(MakeModelCli, EveryFamilyGeneratesTheSameTokensFromBothFormats) {
+  const auto dir = temp_dir("families");
+  for (const char* arch :
+       {"llama", "llama3", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "smollm3"}) {
+    SCOPED_TRACE(arch);
+    const std::string flags = std::string(" --arch ") + arch + kSmallShape +
+                              " --layers 6 --sliding-window 3 --norm-jitter 0.2 --seed 4";
+    const std::string hf = (dir / arch).string(), gguf = (dir / arch).string() + ".gguf";
+    ASSERT_EQ(run("make-model --out " + hf + flags).exit_code, 0);
+    const CommandResult made = run("make-model --format gguf --out " + gguf + flags);
+    ASSERT_EQ(made.exit_code, 0) << made.output;
+    std::vector<nlohmann::json> token_ids;
+    for (const std::string& model : {hf, gguf}) {
+      const CommandResult g = run("generate --model " + model +
+                                  " --prompt 'Once upon a time, 12 cats' --temperature 0 "
+                                  "--max-tokens 8 --ignore-eos --json");
+      ASSERT_EQ(g.exit_code, 0) << model << ": " << g.output;
+      const nlohmann::json out = nlohmann::json::parse(g.output);
+      token_ids.push_back({out["prompt_token_ids"], out["token_ids"]});
+    }
+    EXPECT_EQ(token_ids[0][1].size(), 8u);
+    EXPECT_EQ(token_ids[0], token_ids[1]);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(MakeModelCli, UnknownArchAndFormatExitTwoNamingTheChoices) {
+  const auto dir = temp_dir("bad_arch");
+  CommandResult r = run("make-model --out " + dir.string() + " --arch mamba");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("mamba"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("llama, llama3, mistral, qwen2, qwen3, phi3, gemma2, gemma3, smollm3"),
+            std::string::npos)
+      << r.output;
+  r = run("make-model --out " + dir.string() + " --format onnx");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--format must be hf or gguf"), std::string::npos) << r.output;
+  r = run("make-model --out " + dir.string() + " --arch qwen2 --hidden 64 --heads 4 --head-dim 8");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("head-dim"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir));
 }
 

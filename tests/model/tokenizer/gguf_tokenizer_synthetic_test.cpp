@@ -5,70 +5,30 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "model/loader/gguf.h"
 #include "model/loader/model_error.h"
 #include "model/tokenizer/tokenizer.h"
-#include "tests/model/loader/gguf_test_util.h"
+#include "tests/model/tokenizer/gguf_vocab_file.h"
 
 namespace pagedserve::model {
 namespace {
 
 using Ids = std::vector<int32_t>;
-using testing::Bytes;
-namespace raw = testing::gguf_raw;
-
-// A metadata-only GGUF file written byte by byte (tests/model/loader/gguf_test_util.h).
-class GgufWriter {
- public:
-  void add_string(std::string_view key, std::string_view value) {
-    builder_.kv(key, raw::kString, Bytes().str(value));
-  }
-  void add_uint32(std::string_view key, uint32_t value) {
-    builder_.kv(key, raw::kU32, Bytes().u32(value));
-  }
-  void add_bool(std::string_view key, bool value) {
-    builder_.kv(key, raw::kBool, Bytes().u8(value ? 1 : 0));
-  }
-  void add_string_array(std::string_view key, const std::vector<std::string>& values) {
-    Bytes payload;
-    payload.array(raw::kString, values.size());
-    for (const std::string& value : values) payload.str(value);
-    builder_.kv(key, raw::kArray, payload);
-  }
-  void add_float32_array(std::string_view key, const std::vector<float>& values) {
-    Bytes payload;
-    payload.array(raw::kF32, values.size());
-    for (const float value : values) payload.f32(value);
-    builder_.kv(key, raw::kArray, payload);
-  }
-  void add_int32_array(std::string_view key, const std::vector<int32_t>& values) {
-    Bytes payload;
-    payload.array(raw::kI32, values.size());
-    for (const int32_t value : values) payload.u32(static_cast<uint32_t>(value));
-    builder_.kv(key, raw::kArray, payload);
-  }
-  void write(const std::filesystem::path& path) const {
-    std::ofstream(path, std::ios::binary) << builder_.build();
-  }
-
- private:
-  testing::GgufBuilder builder_;
-};
+using testing::VocabFile;
 
 class GgufTokenizerSynthetic : public ::testing::Test {
  protected:
   void TearDown() override { std::filesystem::remove(path_); }
 
-  Tokenizer load(const GgufWriter& writer) {
+  Tokenizer load(const VocabFile& writer) {
     writer.write(path_);
     return Tokenizer::from_gguf(*GgufFile::open(path_));
   }
   // The ModelError message of loading `writer`'s file, "" when it loads.
-  std::string load_error(const GgufWriter& writer) {
+  std::string load_error(const VocabFile& writer) {
     try {
       load(writer);
     } catch (const ModelError& e) {
@@ -82,9 +42,9 @@ class GgufTokenizerSynthetic : public ::testing::Test {
 };
 
 // A SentencePiece vocabulary: <unk> <s> </s> ▁ a b ab ▁a <0x63> ('c'); "ab" and "▁a" compete.
-GgufWriter llama_vocab(float score_ab, float score_space_a,
-                       const std::vector<int32_t>& types = {2, 3, 3, 1, 1, 1, 1, 1, 6}) {
-  GgufWriter writer;
+VocabFile llama_vocab(float score_ab, float score_space_a,
+                      const std::vector<int32_t>& types = {2, 3, 3, 1, 1, 1, 1, 1, 6}) {
+  VocabFile writer;
   writer.add_string("tokenizer.ggml.model", "llama");
   writer.add_string_array("tokenizer.ggml.tokens",
                           {"<unk>", "<s>", "</s>", "\u2581", "a", "b", "ab", "\u2581a", "<0x63>"});
@@ -118,7 +78,7 @@ TEST_F(GgufTokenizerSynthetic, ByteFallbackUnknownAndDefaults) {
 
 // Converters write 4294967295 for "no such token"; llama.cpp then keeps its default id.
 TEST_F(GgufTokenizerSynthetic, OutOfRangeSpecialIdsAreIgnored) {
-  GgufWriter writer = llama_vocab(-4, -5);
+  VocabFile writer = llama_vocab(-4, -5);
   writer.add_uint32("tokenizer.ggml.bos_token_id", 4294967295u);
   writer.add_uint32("tokenizer.ggml.eos_token_id", 9);  // 9 tokens: ids 0..8
   writer.add_uint32("tokenizer.ggml.padding_token_id", 4294967295u);
@@ -129,7 +89,7 @@ TEST_F(GgufTokenizerSynthetic, OutOfRangeSpecialIdsAreIgnored) {
 }
 
 TEST_F(GgufTokenizerSynthetic, AddBosAndEosKeys) {
-  GgufWriter writer = llama_vocab(-4, -5);
+  VocabFile writer = llama_vocab(-4, -5);
   writer.add_bool("tokenizer.ggml.add_bos_token", false);
   writer.add_bool("tokenizer.ggml.add_eos_token", true);
   writer.add_uint32("tokenizer.ggml.eos_token_id", 6);
@@ -137,9 +97,9 @@ TEST_F(GgufTokenizerSynthetic, AddBosAndEosKeys) {
 }
 
 // Byte-level: Ġ is the byte-level space; "a b" ranks before "Ġ a", then "1 2".
-GgufWriter gpt2_vocab(const std::string& pre,
-                      const std::vector<std::string>& merges = {"a b", "\u0120 a", "1 2"}) {
-  GgufWriter writer;
+VocabFile gpt2_vocab(const std::string& pre,
+                     const std::vector<std::string>& merges = {"a b", "\u0120 a", "1 2"}) {
+  VocabFile writer;
   writer.add_string("tokenizer.ggml.model", "gpt2");
   writer.add_string("tokenizer.ggml.pre", pre);
   writer.add_string_array("tokenizer.ggml.tokens",
@@ -174,26 +134,26 @@ TEST_F(GgufTokenizerSynthetic, UnknownPreTokenizerIsNamedWithTheSupportedOnes) {
 
 // Each bad file's error names the file and the key.
 TEST_F(GgufTokenizerSynthetic, BadMetadataNamesFileAndKey) {
-  const auto expect_error = [&](const GgufWriter& writer, const std::string& key) {
+  const auto expect_error = [&](const VocabFile& writer, const std::string& key) {
     const std::string error = load_error(writer);
     EXPECT_NE(error.find(path_.string()), std::string::npos) << error;
     EXPECT_NE(error.find(key), std::string::npos) << "expected " << key << " in: " << error;
   };
-  GgufWriter no_model;
+  VocabFile no_model;
   no_model.add_string_array("tokenizer.ggml.tokens", {"a"});
   expect_error(no_model, "tokenizer.ggml.model");
 
-  GgufWriter no_tokens;
+  VocabFile no_tokens;
   no_tokens.add_string("tokenizer.ggml.model", "llama");
   expect_error(no_tokens, "tokenizer.ggml.tokens");
 
-  GgufWriter unknown_model;
+  VocabFile unknown_model;
   unknown_model.add_string("tokenizer.ggml.model", "bert");
   unknown_model.add_string_array("tokenizer.ggml.tokens", {"a"});
   expect_error(unknown_model, "tokenizer.ggml.model");
   EXPECT_NE(load_error(unknown_model).find("bert"), std::string::npos);
 
-  GgufWriter short_scores;
+  VocabFile short_scores;
   short_scores.add_string("tokenizer.ggml.model", "llama");
   short_scores.add_string_array("tokenizer.ggml.tokens", {"a", "b"});
   short_scores.add_float32_array("tokenizer.ggml.scores", {0});
@@ -201,17 +161,17 @@ TEST_F(GgufTokenizerSynthetic, BadMetadataNamesFileAndKey) {
 
   expect_error(llama_vocab(-4, -5, {1, 1}), "tokenizer.ggml.token_type");
 
-  GgufWriter scores_wrong_type;
+  VocabFile scores_wrong_type;
   scores_wrong_type.add_string("tokenizer.ggml.model", "llama");
   scores_wrong_type.add_string_array("tokenizer.ggml.tokens", {"a"});
   scores_wrong_type.add_string_array("tokenizer.ggml.scores", {"x"});
   expect_error(scores_wrong_type, "tokenizer.ggml.scores");
 
-  GgufWriter bos_of_wrong_type = llama_vocab(-4, -5);
+  VocabFile bos_of_wrong_type = llama_vocab(-4, -5);
   bos_of_wrong_type.add_string("tokenizer.ggml.bos_token_id", "<s>");
   expect_error(bos_of_wrong_type, "tokenizer.ggml.bos_token_id");
 
-  GgufWriter no_merges;
+  VocabFile no_merges;
   no_merges.add_string("tokenizer.ggml.model", "gpt2");
   no_merges.add_string_array("tokenizer.ggml.tokens", {"a"});
   expect_error(no_merges, "tokenizer.ggml.merges");

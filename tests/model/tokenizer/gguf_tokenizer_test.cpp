@@ -3,6 +3,7 @@
 // the Hugging Face tokenizer.json of the same vocabulary; merge order from scores on a
 // hand-built vocabulary; and bad metadata.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "model/loader/gguf.h"
 #include "model/loader/model_error.h"
+#include "tests/model/tokenizer/gguf_vocab_file.h"
 #include "tests/model/tokenizer/test_tokenizers.h"
 
 namespace pagedserve::model::testing {
@@ -132,6 +134,47 @@ TEST(GgufTokenizer, Stories260KGgufMatchesFolder) {
     EXPECT_EQ(gguf.decode(ids, true), hf.decode(ids, true));
   }
   EXPECT_EQ(gguf.encode("Once upon a time"), (std::vector<int32_t>{1, 403, 407, 261, 378}));
+}
+
+// SmolLM2's tokenizer.json written as GGUF metadata the way llama.cpp's converter does (tokens
+// by id, added special tokens as control, merges as "left right", pre "smollm"), then checked
+// against the Hugging Face golden vectors of that tokenizer.
+TEST(GgufTokenizer, SmolLM2VocabularyAsGgufMatchesHuggingFace) {
+  const std::filesystem::path dir = tokenizers_dir() / "smollm2-135m-instruct";
+  const nlohmann::json hf = nlohmann::json::parse(read_file(dir / "tokenizer.json"));
+  const auto& vocab = hf.at("model").at("vocab");
+  std::vector<std::string> tokens(vocab.size());
+  for (const auto& [token, id] : vocab.items()) tokens.at(id.get<size_t>()) = token;
+  std::vector<int32_t> types(tokens.size(), 1);
+  for (const auto& added : hf.at("added_tokens")) {
+    if (added.at("special").get<bool>()) types.at(added.at("id").get<size_t>()) = 3;
+  }
+  std::vector<std::string> merges;
+  for (const auto& merge : hf.at("model").at("merges")) {
+    merges.push_back(merge.is_string()
+                         ? merge.get<std::string>()
+                         : merge[0].get<std::string>() + " " + merge[1].get<std::string>());
+  }
+  VocabFile file;
+  file.add_string("tokenizer.ggml.model", "gpt2");
+  file.add_string("tokenizer.ggml.pre", "smollm");
+  file.add_string_array("tokenizer.ggml.tokens", tokens);
+  file.add_int32_array("tokenizer.ggml.token_type", types);
+  file.add_string_array("tokenizer.ggml.merges", merges);
+  const std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                     ("ps_gguf_smollm2_" + std::to_string(::getpid()) + ".gguf");
+  file.write(path);
+  const Tokenizer tokenizer = load_gguf(path);
+  std::filesystem::remove(path);
+  size_t checked = 0;
+  for (const nlohmann::json& line : read_jsonl(dir / "golden.jsonl")) {
+    SCOPED_TRACE(line.at("label").get<std::string>());
+    const std::vector<int32_t> ids = ids_of(line.at("ids_no_special"));
+    EXPECT_EQ(tokenizer.encode(line.at("text").get<std::string>(), false), ids);
+    EXPECT_EQ(tokenizer.decode(ids, false), line.at("decoded").get<std::string>());
+    ++checked;
+  }
+  EXPECT_EQ(checked, 40u);
 }
 
 }  // namespace
