@@ -135,6 +135,10 @@ std::optional<std::filesystem::path> find_gguf_file(const std::filesystem::path&
 }
 
 LlamaCheckpoint open_llama_checkpoint(const std::filesystem::path& model_path) {
+  std::error_code ec;
+  if (model_path.extension() == ".gguf" && !std::filesystem::exists(model_path, ec)) {
+    throw ModelError(model_path.string() + ": file not found");
+  }
   if (const auto gguf = find_gguf_file(model_path)) return open_gguf_checkpoint(*gguf);
   return open_hf_checkpoint(model_path);
 }
