@@ -265,7 +265,7 @@ PS_TARGET_AVX512 inline void accumulate_values(const float* weights,
 //
 // Step 1: the scaled (and, with softcap > 0, soft-capped) scores of n_valid keys into scores;
 // returns their max.
-template <class Kv>
+template <class Kv, bool kSoftcap>
 PS_TARGET_AVX512 inline float block_scores(const float* q, const typename Kv::Type* keys,
                                            int n_valid, int d, float scale, float softcap,
                                            float* scores) {
@@ -274,7 +274,7 @@ PS_TARGET_AVX512 inline float block_scores(const float* q, const typename Kv::Ty
     const int count = n_valid - j < 16 ? n_valid - j : 16;
     __m512 s = _mm512_mul_ps(dot16<Kv>(q, keys + static_cast<long>(j) * d, d, count),
                              _mm512_set1_ps(scale));
-    if (softcap > 0.0f) {
+    if (kSoftcap) {
       s = _mm512_mul_ps(_mm512_set1_ps(softcap),
                         tanh_avx512(_mm512_mul_ps(s, _mm512_set1_ps(1.0f / softcap))));
     }
@@ -326,7 +326,9 @@ struct HeadUnit {
 // sees exactly the blocks and n_valid it would see alone, in the same order, with the same
 // arithmetic: only independent work of different pairs is interleaved. q and out point at the
 // first token's head 0.
-template <class Kv>
+// kMasked: the walk has a sliding window or soft-capping (the plain walk, every layer of most
+// models, compiles without either's bookkeeping).
+template <class Kv, bool kMasked>
 PS_TARGET_AVX512 void attend_walk(const PagedAttentionParams& p, const float* q,
                                   const int32_t* block_table, int first_pos, int num_queries,
                                   const HeadUnit* units, int num_units, float* out) {
@@ -359,7 +361,8 @@ PS_TARGET_AVX512 void attend_walk(const PagedAttentionParams& p, const float* q,
   const int last_pos = first_pos + num_queries - 1;
   const int num_blocks = last_pos / p.block_size + 1;
   // Blocks wholly before the first query's window are before every query's: never read.
-  const int first_block = first_visible_position(p, first_pos) / p.block_size;
+  const auto visible_from = [&](int pos) { return kMasked ? first_visible_position(p, pos) : 0; };
+  const int first_block = visible_from(first_pos) / p.block_size;
   // Software prefetch, one 4 KiB-ish run ahead: while a unit's keys are read (scores), its
   // values are fetched, and while its values are read, the next unit's keys (the next block's
   // first unit at the end of a block, which the hardware prefetchers cannot guess: blocks are
@@ -386,14 +389,13 @@ PS_TARGET_AVX512 void attend_walk(const PagedAttentionParams& p, const float* q,
     int first_t = block_start - first_pos;
     first_t = first_t < 0 ? 0 : first_t;
     int end_t = num_queries;
-    while (end_t > first_t &&
-           first_visible_position(p, first_pos + end_t - 1) >= block_start + p.block_size) {
+    while (end_t > first_t && visible_from(first_pos + end_t - 1) >= block_start + p.block_size) {
       --end_t;
     }
     // Query t reads the block's keys [begin_of(t), end_of(t)): those in its window, up to its
     // own position.
     const auto begin_of = [&](int t) {
-      const int begin = first_visible_position(p, first_pos + t) - block_start;
+      const int begin = visible_from(first_pos + t) - block_start;
       return begin > 0 ? begin : 0;
     };
     const auto end_of = [&](int t) {
@@ -423,8 +425,8 @@ PS_TARGET_AVX512 void attend_walk(const PagedAttentionParams& p, const float* q,
         const int n_valid = end_of(t) - begin;
         for (int h = 0; h < unit.num_heads; ++h) {
           block_max[t][h] =
-              block_scores<Kv>(q_of(t, h), keys + static_cast<long>(begin) * d, n_valid, d, p.scale,
-                               p.logit_softcap, scores[t * kMaxGroup + h]);
+              block_scores<Kv, kMasked>(q_of(t, h), keys + static_cast<long>(begin) * d, n_valid, d,
+                                        p.scale, p.logit_softcap, scores[t * kMaxGroup + h]);
         }
       }
       for (int t = first_t; t < end_t; ++t) {
@@ -466,8 +468,13 @@ void attend_heads_typed(const PagedAttentionParams& p, const float* q, const int
   const auto flush = [&] {
     for (int t0 = 0; t0 < num_queries; t0 += kMaxQueries) {
       const int queries = num_queries - t0 < kMaxQueries ? num_queries - t0 : kMaxQueries;
-      attend_walk<Kv>(p, q + t0 * token_stride, block_table, first_pos + t0, queries, units,
-                      num_units, out + t0 * token_stride);
+      if (p.sliding_window > 0 || p.logit_softcap > 0.0f) {
+        attend_walk<Kv, true>(p, q + t0 * token_stride, block_table, first_pos + t0, queries, units,
+                              num_units, out + t0 * token_stride);
+      } else {
+        attend_walk<Kv, false>(p, q + t0 * token_stride, block_table, first_pos + t0, queries,
+                               units, num_units, out + t0 * token_stride);
+      }
     }
     num_units = 0;
   };
