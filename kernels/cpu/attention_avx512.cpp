@@ -274,7 +274,7 @@ PS_TARGET_AVX512 inline float block_scores(const float* q, const typename Kv::Ty
     const int count = n_valid - j < 16 ? n_valid - j : 16;
     __m512 s = _mm512_mul_ps(dot16<Kv>(q, keys + static_cast<long>(j) * d, d, count),
                              _mm512_set1_ps(scale));
-    if (kSoftcap) {
+    if (kSoftcap && softcap > 0.0f) {
       s = _mm512_mul_ps(_mm512_set1_ps(softcap),
                         tanh_avx512(_mm512_mul_ps(s, _mm512_set1_ps(1.0f / softcap))));
     }
