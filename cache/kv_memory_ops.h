@@ -41,6 +41,7 @@ enum class KvOpKind {
   kSwapOut,         // swap_out(seq)
   kSwapIn,          // swap_in(seq)
   kProbePrefix,     // cached_prefix_tokens(tokens), answered in KvMemoryResult::probes
+  kReleaseBeforeWindow,  // release_blocks_before_window(seq): before a step's first append
 };
 const char* kv_op_name(KvOpKind kind);
 
@@ -67,6 +68,7 @@ struct KvMemoryOp {
   static KvMemoryOp swap_out(SeqId seq);
   static KvMemoryOp swap_in(SeqId seq);
   static KvMemoryOp probe_prefix(uint64_t group, SeqId seq, std::vector<int32_t> tokens);
+  static KvMemoryOp release_before_window(SeqId seq);
 };
 
 using KvMemoryOps = std::vector<KvMemoryOp>;
