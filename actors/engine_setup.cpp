@@ -196,8 +196,8 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
   }
   cache::check_max_model_len_fits(shape, config.num_kv_blocks, config.max_model_len);
 
-  // The CUDA executor rejects a released (kNoBlock) table entry and its attention kernel reads
-  // from position 0, so blocks are released for the CPU executor only.
+  // Blocks are released for the CPU executor only: the CUDA one refuses windowed models so far
+  // (its attention reads from position 0), and it rejects a released (kNoBlock) table entry.
   set_up_scheduler(setup, num_cpu_blocks, mc.eos_token_ids,
                    cuda ? 0 : mc.max_window_of_all_layers());
 
