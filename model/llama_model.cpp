@@ -425,7 +425,7 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCac
   kernels::matmul_packed(selected.data(), lm_head_, logits_buffer.data(), num_out, pool_, isa_);
   if (c.final_logit_softcap > 0.0f) {
     kernels::soft_cap(logits_buffer.data(), static_cast<int64_t>(logits_size),
-                      c.final_logit_softcap, pool_);
+                      c.final_logit_softcap, pool_, isa_);
   }
   return std::span<const float>(logits_buffer.data(), logits_size);
 }

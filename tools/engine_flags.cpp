@@ -12,8 +12,9 @@ const std::set<std::string> kEngineBoolFlags = {"no-prefix-caching"};
 
 const char* const kEngineFlagsHelp =
     "engine flags:\n"
-    "  --model DIR                  Hugging Face model directory (config.json, safetensors,\n"
-    "                               tokenizer.json)\n"
+    "  --model DIR|FILE.gguf        Hugging Face model directory (config.json, safetensors,\n"
+    "                               tokenizer.json), a GGUF file, or a directory holding one\n"
+    "                               .gguf (docs/models.md lists the families)\n"
     "  --block-size N               tokens per KV block (default 16)\n"
     "  --num-kv-blocks N            KV blocks in the pool (overrides --kv-cache-memory)\n"
     "  --kv-cache-memory BYTES      KV pool size, e.g. 512M, 4G (default 2G)\n"

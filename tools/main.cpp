@@ -18,6 +18,7 @@ const char* const kUsage =
     "  serve      the OpenAI-compatible HTTP/SSE/WebSocket server\n"
     "  bench      benchmarks: `bench throughput` (offline engine speed)\n"
     "  make-model write a random-weight Llama of a given shape (Hugging Face layout)\n"
+    "  tokenize   text to token ids, or ids to text, with a model's tokenizer (HF or GGUF)\n"
     "run `pagedserve <command> --help` for its flags\n";
 
 }  // namespace
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
     if (command == "serve") return pagedserve::tools::run_serve(args);
     if (command == "bench") return pagedserve::tools::run_bench(args);
     if (command == "make-model") return pagedserve::tools::run_make_model(args);
+    if (command == "tokenize") return pagedserve::tools::run_tokenize(args);
     std::cerr << "pagedserve: error: unknown command '" << command << "'\n" << kUsage;
     return 2;
   } catch (const pagedserve::tools::UsageError& e) {

@@ -9,6 +9,9 @@
 // one key per lane, updates its running max and sum (online softmax, FlashAttention style) and
 // accumulates the values with each lane owning head_dim / 32 output dimensions. K/V are thus
 // read once per block for all heads of a group (decode) and for several tokens (prefill).
+// With a sliding window the walk starts at the first row's window, so a row costs O(window);
+// each row masks the keys before its own window. Soft-capping bends each score (already
+// scaled: q is pre-scaled) before the online softmax, as in the CPU twin.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -56,12 +59,23 @@ struct AttentionArgs {
   int max_blocks_per_seq;
   int num_heads;
   float scale;
-  int partition_size;  // 0: no split
+  int sliding_window;   // 0: the whole context
+  float logit_softcap;  // 0: none
+  int partition_size;   // 0: no split
   int num_partitions;
   float* partial_out;
   float* partial_max;
   float* partial_sum;
 };
+
+// The first position the query at `pos` sees (as kernels::detail::first_visible_position).
+__device__ __forceinline__ int first_visible_position(int sliding_window, int pos) {
+  return sliding_window > 0 && pos >= sliding_window ? pos - sliding_window + 1 : 0;
+}
+
+__device__ __forceinline__ float soft_cap_score(float score, float cap) {
+  return cap > 0.0f ? cap * tanhf(score / cap) : score;
+}
 
 // kHeadDim 0: head_dim read at run time (at most kMaxGenericHeadDim).
 template <typename CacheT, int kHeadDim>
@@ -98,13 +112,15 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
     head = kv_head * group + row % group;
     pos = seq_len - q_len + i;
   }
-  // Rows are ordered by token, so the block's last row sees the most context.
+  // Rows are ordered by token, so the block's last row sees the most context and its first
+  // row's window starts first.
   const int last_row = min(first_row + kWarps, num_rows) - 1;
-  int kv_begin = 0;
+  const int first_visible = row_valid ? first_visible_position(a.sliding_window, pos) : 0;
+  int kv_begin = first_visible_position(a.sliding_window, seq_len - q_len + first_row / group);
   int kv_end = seq_len - q_len + last_row / group + 1;
   if (a.partition_size > 0) {
-    kv_begin = part * a.partition_size;
-    kv_end = min(kv_end, kv_begin + a.partition_size);
+    kv_begin = max(kv_begin, part * a.partition_size);
+    kv_end = min(kv_end, part * a.partition_size + a.partition_size);
   }
 
   if (row_valid) {
@@ -151,10 +167,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
       }
     }
     __syncthreads();
-    // Warp-uniform condition: the tile's first key is visible to this row.
-    if (row_valid && t0 <= pos) {
+    // Warp-uniform condition: some key of the tile is visible to this row.
+    if (row_valid && t0 <= pos && t0 + n > first_visible) {
       float score = -INFINITY;
-      if (lane < n && t0 + lane <= pos) {
+      if (lane < n && t0 + lane <= pos && t0 + lane >= first_visible) {
         const float* q = q_s + warp * head_dim;
         const float* k = k_s + lane * k_stride;
         float dot = 0.0f;
@@ -164,11 +180,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
         } else {
           for (int d = 0; d < head_dim; ++d) dot += q[d] * k[d];
         }
-        score = dot;
+        score = soft_cap_score(dot, a.logit_softcap);
       }
-      const float new_max = fmaxf(running_max, warp_max(score));  // finite: key t0 is visible
-      const float p = expf(score - new_max);                      // 0 for masked keys
-      const float correction = expf(running_max - new_max);       // 0 on the first tile
+      // Finite: some key of the tile is visible.
+      const float new_max = fmaxf(running_max, warp_max(score));
+      const float p = expf(score - new_max);                 // 0 for masked keys
+      const float correction = expf(running_max - new_max);  // 0 on the first tile
       running_sum = running_sum * correction + warp_sum(p);
 #pragma unroll
       for (int i = 0; i < kPer; ++i) acc[i] *= correction;
@@ -254,11 +271,11 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(Attent
   // specialised head dims, lane-strided for the generic one.
   auto dim = [lane](int i) { return kHeadDim > 0 ? lane * kPer + i : lane + 32 * i; };
 
-  int kv_begin = 0;
+  int kv_begin = first_visible_position(a.sliding_window, seq_len - 1);
   int kv_end = seq_len;
   if (a.partition_size > 0) {
-    kv_begin = part * a.partition_size;
-    kv_end = min(kv_end, kv_begin + a.partition_size);
+    kv_begin = max(kv_begin, part * a.partition_size);
+    kv_end = min(kv_end, part * a.partition_size + a.partition_size);
   }
 
   float q[kMaxDecodeGroup][kPer];
@@ -304,7 +321,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(Attent
         float partial = 0.0f;
 #pragma unroll
         for (int i = 0; i < kPer; ++i) partial += q[g][i] * k[u][i];
-        const float score = warp_sum(partial);
+        const float score = soft_cap_score(warp_sum(partial), a.logit_softcap);
         const float new_max = fmaxf(running_max[g], score);
         const float correction = expf(running_max[g] - new_max);  // 0 on the first token
         const float p = expf(score - new_max);
@@ -364,8 +381,9 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(Attent
 }
 
 // Merges the partitions of one (token, head) row: rescales each partition's sum and
-// unnormalised output by exp(its max - the overall max). Partition 0 always holds key 0, so the
-// overall max is finite; empty partitions (max -inf) contribute nothing.
+// unnormalised output by exp(its max - the overall max). The partition holding the row's own
+// position always has a key, so the overall max is finite; empty partitions (those past the
+// row, or before its sliding window: max -inf, sum 0) contribute nothing.
 __global__ void attention_reduce_kernel(const float* partial_out, const float* partial_max,
                                         const float* partial_sum, float* out, int num_partitions,
                                         int head_dim) {
@@ -498,7 +516,8 @@ cudaError_t paged_attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.num_work_items == 0) return cudaSuccess;
   if (c.head_dim < 1 ||
       (c.head_dim != 64 && c.head_dim != 128 && c.head_dim > kMaxGenericHeadDim) ||
-      c.num_kv_heads < 1 || p.num_heads % c.num_kv_heads != 0 || c.block_size < 1) {
+      c.num_kv_heads < 1 || p.num_heads % c.num_kv_heads != 0 || c.block_size < 1 ||
+      p.sliding_window < 0 || !(p.logit_softcap >= 0.0f)) {
     return cudaErrorInvalidValue;
   }
   if (p.partition_size > 0 &&
@@ -522,6 +541,8 @@ cudaError_t paged_attention(const AttentionParams& p, cudaStream_t stream) {
                      p.max_blocks_per_seq,
                      p.num_heads,
                      p.scale,
+                     p.sliding_window,
+                     p.logit_softcap,
                      p.partition_size,
                      attention_num_partitions(p.max_seq_len, p.partition_size),
                      p.partial_out,

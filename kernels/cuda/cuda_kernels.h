@@ -82,7 +82,8 @@ constexpr int kAttentionRowsPerBlock = 8;
 std::vector<int32_t> attention_work_items(const int32_t* query_start_loc, int num_seqs, int group);
 
 // Paged attention over a batch mixing decode, prefill and prefill chunks, with the semantics of
-// kernels::paged_attention (causal, GQA, K/V only through block tables). With partition_size
+// kernels::paged_attention (causal, GQA, K/V only through block tables, optional sliding window
+// and attention-logit soft-capping). With partition_size
 // > 0 the context is split into partitions of that many tokens computed in parallel and merged
 // by a second kernel (split-K, for long contexts with few sequences); partial_* must then hold
 // num_tokens * num_heads * num_partitions (* head_dim for partial_out) floats.
@@ -103,6 +104,11 @@ struct AttentionParams {
   int max_blocks_per_seq = 0;
   int num_heads = 0;
   float scale = 1.0f;
+  // As kernels::PagedAttentionParams: when > 0 the query at position i sees only positions j
+  // with i - sliding_window < j <= i, and tiles before every row's window are not read.
+  int sliding_window = 0;
+  // As kernels::PagedAttentionParams: when > 0, scores become cap * tanh(score / cap).
+  float logit_softcap = 0.0f;
   int max_seq_len = 0;     // longest seq_lens entry (sets the number of partitions)
   int partition_size = 0;  // 0: one pass, no split
   float* partial_out = nullptr;

@@ -306,6 +306,12 @@ std::map<std::string, GgufTensor, std::less<>> parse_tensors(ByteReader& in, uin
   return tensors;
 }
 
+// Closes a file descriptor on every path out of open().
+struct FdGuard {
+  int fd;
+  ~FdGuard() { ::close(fd); }
+};
+
 }  // namespace
 
 std::vector<int64_t> GgufTensor::shape() const { return {ne.rbegin(), ne.rend()}; }
@@ -320,19 +326,13 @@ int64_t GgufTensor::num_elements() const {
   return elements;
 }
 
-// Closes a file descriptor on every path out of open().
-struct GgufFdGuard {
-  int fd;
-  ~GgufFdGuard() { ::close(fd); }
-};
-
 std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) fail(path, "file not found");
     fail(path, std::string("cannot open: ") + std::strerror(errno));
   }
-  const GgufFdGuard guard{fd};
+  const FdGuard guard{fd};
   struct stat st {};
   if (::fstat(fd, &st) != 0) fail(path, std::string("cannot stat: ") + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
@@ -357,8 +357,9 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
     std::string got;
     for (int i = 0; i < 4; ++i) {
       const auto c = std::to_integer<unsigned char>(magic[i]);
+      constexpr const char* kHex = "0123456789abcdef";
       got += (c >= 0x20 && c < 0x7f) ? std::string(1, static_cast<char>(c))
-                                     : "\\x" + std::to_string(c);
+                                     : std::string{'\\', 'x', kHex[c >> 4], kHex[c & 15]};
     }
     fail(path, "bad magic \"" + got + "\": not a GGUF file");
   }
@@ -369,8 +370,12 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
          "with a current llama.cpp)");
   }
   if (file->version_ != 2 && file->version_ != 3) {
-    fail(path,
-         "unsupported GGUF version " + std::to_string(file->version_) + " (supported: 2 and 3)");
+    // llama.cpp can write big-endian files; their version reads byte-swapped here.
+    const uint32_t swapped = __builtin_bswap32(file->version_);
+    fail(path, "unsupported GGUF version " + std::to_string(file->version_) +
+                   (swapped == 2 || swapped == 3 ? " (a big-endian file? only little-endian "
+                                                   "GGUF files are supported)"
+                                                 : " (supported: 2 and 3)"));
   }
   const uint64_t tensor_count = in.u64("tensor count");
   const uint64_t metadata_count = in.u64("metadata count");

@@ -109,7 +109,7 @@ class GgufFile {
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
 
-  // Metadata in file order of keys sorted by name.
+  // Metadata by key (sorted by name; the file's order is not kept).
   const std::map<std::string, GgufValue, std::less<>>& metadata() const { return metadata_; }
   const GgufValue* find(std::string_view key) const;
 
@@ -144,7 +144,11 @@ class GgufFile {
 };
 
 // Writes GGUF v3 files (make-model --format gguf, tests). Metadata and tensors are written in
-// the order they are added; tensor data is aligned to `alignment`.
+// the order they are added; tensor data is aligned to `alignment` (a power of two), and
+// general.alignment is written (as the first key) only when it is not the default 32. The add
+// functions throw std::invalid_argument for what the reader would reject (a duplicate key or
+// tensor name, a value whose variant or range does not match its type, a byte count that does
+// not match the shape), so every written file reads back with GgufFile.
 class GgufWriter {
  public:
   explicit GgufWriter(uint64_t alignment = 32) : alignment_(alignment) {}
@@ -159,10 +163,11 @@ class GgufWriter {
   void add_float32_array(std::string key, const std::vector<float>& values);
   void add_int32_array(std::string key, const std::vector<int32_t>& values);
   // `shape` is row-major (outermost first); `bytes` must be exactly the tensor's size in
-  // `type` (F32, F16 or BF16 here).
+  // `type` (any type ggml_row_bytes knows; the innermost dimension must fill whole blocks).
   void add_tensor(std::string name, GgmlType type, const std::vector<int64_t>& shape,
                   std::vector<std::byte> bytes);
-  // Throws std::runtime_error when the file cannot be written.
+  // Throws std::runtime_error when the file cannot be written, std::invalid_argument for an
+  // alignment that is not a power of two below 2^32.
   void write(const std::filesystem::path& path) const;
 
  private:

@@ -125,6 +125,10 @@ class GgufReader {
 void read_sizes(const GgufReader& r, ModelConfig& c) {
   c.hidden_size = r.required_int("embedding_length");
   c.num_hidden_layers = r.required_int("block_count");
+  if (c.num_hidden_layers > kMaxLayers) {
+    r.fail("block_count " + std::to_string(c.num_hidden_layers) + " is more than " +
+           std::to_string(kMaxLayers));
+  }
   c.intermediate_size = r.required_int("feed_forward_length");
   c.num_attention_heads = r.required_int("attention.head_count");
   c.num_key_value_heads = r.uniform_int("attention.head_count_kv").value_or(c.num_attention_heads);

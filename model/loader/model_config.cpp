@@ -52,6 +52,10 @@ ModelConfig load_model_config(const std::filesystem::path& config_json) {
   config.hidden_size = reader.required_positive_int("hidden_size");
   config.intermediate_size = reader.required_positive_int("intermediate_size");
   config.num_hidden_layers = reader.required_positive_int("num_hidden_layers");
+  if (config.num_hidden_layers > kMaxLayers) {
+    reader.fail("field num_hidden_layers " + std::to_string(config.num_hidden_layers) +
+                " is more than " + std::to_string(kMaxLayers));
+  }
   config.num_attention_heads = reader.required_positive_int("num_attention_heads");
   config.vocab_size = reader.required_positive_int("vocab_size");
   config.num_key_value_heads = reader.check_positive(

@@ -84,6 +84,10 @@ struct ModelConfig {
   int max_window_of_all_layers() const;
 };
 
+// More layers than any real model has (the deepest have ~120); a larger count is a broken or
+// hostile file, refused before anything is allocated per layer.
+constexpr int kMaxLayers = 65536;
+
 // The architectures load_model_config accepts, for error messages.
 const char* supported_architectures();
 

@@ -34,19 +34,44 @@ BpeModel BpeModel::from_json(const nlohmann::json& config) {
   };
   model.continuing_subword_prefix_ = string_or_empty("continuing_subword_prefix");
   model.end_of_word_suffix_ = string_or_empty("end_of_word_suffix");
+  BpeOptions options;
   const std::string unk = string_or_empty("unk_token");
-  if (!unk.empty()) model.unk_id_ = model.token_to_id(unk);
-  model.byte_fallback_ = config.value("byte_fallback", false);
-  model.fuse_unk_ = config.value("fuse_unk", false);
-  model.ignore_merges_ = config.value("ignore_merges", false);
+  if (!unk.empty()) options.unk_token = unk;
+  options.byte_fallback = config.value("byte_fallback", false);
+  options.fuse_unk = config.value("fuse_unk", false);
+  options.ignore_merges = config.value("ignore_merges", false);
+  model.set_options(options);
+  model.load_merges(config);
+  return model;
+}
+
+BpeModel BpeModel::from_vocab(std::vector<std::string> id_to_token,
+                              const std::vector<std::pair<std::string, std::string>>& merges,
+                              const BpeOptions& options) {
+  BpeModel model;
+  model.vocab_.reserve(id_to_token.size());
+  for (size_t id = 0; id < id_to_token.size(); ++id) {
+    model.vocab_.emplace(id_to_token[id], static_cast<int32_t>(id));  // the first id wins
+  }
+  model.id_to_token_ = std::move(id_to_token);
+  model.set_options(options);
+  model.merges_.reserve(merges.size());
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    model.add_merge(merges[rank].first, merges[rank].second, static_cast<int32_t>(rank));
+  }
+  return model;
+}
+
+void BpeModel::set_options(const BpeOptions& options) {
+  if (options.unk_token) unk_id_ = token_to_id(*options.unk_token);
+  byte_fallback_ = options.byte_fallback;
+  fuse_unk_ = options.fuse_unk;
+  ignore_merges_ = options.ignore_merges;
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    model.byte_fallback_ids_[b] = model.token_to_id(name).value_or(-1);
+    byte_fallback_ids_[b] = token_to_id(name).value_or(-1);
   }
-
-  model.load_merges(config);
-  return model;
 }
 
 void BpeModel::load_merges(const nlohmann::json& config) {

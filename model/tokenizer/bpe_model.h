@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace pagedserve::model::tokenizer {
@@ -21,11 +22,24 @@ struct StringHash {
 };
 using TokenIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
+// What tokenizer.json's "model" object says beyond vocab and merges.
+struct BpeOptions {
+  std::optional<std::string> unk_token;
+  bool byte_fallback = false;
+  bool fuse_unk = false;
+  bool ignore_merges = false;
+};
+
 class BpeModel {
  public:
   // `config` is tokenizer.json's "model" object. Throws ModelError (without a file name; the
   // caller adds it) for a non-BPE type or merges that name tokens missing from the vocab.
   static BpeModel from_json(const nlohmann::json& config);
+  // From a vocabulary given by id (GGUF's token list; of duplicate strings the lowest id is the
+  // one encoding produces) and merges in rank order, best first. Same errors as from_json.
+  static BpeModel from_vocab(std::vector<std::string> id_to_token,
+                             const std::vector<std::pair<std::string, std::string>>& merges,
+                             const BpeOptions& options);
 
   // Appends the ids of `word` to `out`.
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
@@ -46,6 +60,7 @@ class BpeModel {
   // The word's characters as initial symbol ids (before any merge).
   void initial_symbols(std::string_view word, std::vector<int32_t>& ids) const;
   void load_merges(const nlohmann::json& config);
+  void set_options(const BpeOptions& options);
   void add_merge(std::string_view left, std::string_view right, int32_t rank);
 
   TokenIdMap vocab_;

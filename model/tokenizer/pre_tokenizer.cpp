@@ -61,8 +61,9 @@ void PreTokenizer::add_steps(const nlohmann::json& config) {
         pattern.contains("Regex") ? pattern.at("Regex").get<std::string>() : std::string();
     const std::optional<SplitPattern> known = recognize_split_regex(regex);
     if (!known) {
-      throw ModelError("unsupported pre_tokenizer: Split pattern " + pattern.dump() +
-                       " (only the GPT-2, Llama 3 and Qwen2 regexes are implemented)");
+      throw ModelError(
+          "unsupported pre_tokenizer: Split pattern " + pattern.dump() +
+          " (only the GPT-2, Llama 3, Qwen2, DeepSeek and one-class regexes are implemented)");
     }
     if (config.value("behavior", "Isolated") != "Isolated" || config.value("invert", false)) {
       throw ModelError("unsupported pre_tokenizer: Split behavior other than Isolated");

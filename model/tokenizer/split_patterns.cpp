@@ -1,8 +1,13 @@
 // The GPT-2 / Llama 3 / Qwen2 pre-tokenizer regexes as direct scanners over code points. Each
 // alternative is tried in the regex's order at the current position; the first that matches
-// wins (leftmost-first), and greedy runs back off exactly as the regex engine would.
+// wins (leftmost-first), and greedy runs back off exactly as the regex engine would. The
+// one-class patterns (DeepSeek, Falcon, llama.cpp's default) are parsed from their regex text
+// into a CharClassPattern (char_class_pattern.h) and searched for leftmost matches.
 #include "model/tokenizer/split_patterns.h"
 
+#include <array>
+
+#include "model/tokenizer/char_class_pattern.h"
 #include "model/tokenizer/unicode_tables.h"
 
 namespace pagedserve::model::tokenizer {
@@ -14,6 +19,35 @@ constexpr std::string_view kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// The one-class patterns, in SplitPattern order from kLineBreak. Non-ASCII characters are
+// written as themselves (U+3000 and U+D7FF, invisible ones, as escapes).
+constexpr std::array<std::string_view, 11> kCharClassRegexes = {
+    R"([\r\n])",
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-"
+    "ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-\u1F7Dᾀ-ᾴᾶ-ᾼ\u1FBEῂ-ῄῆ-ῌῐ-\u1FD3ῖ-\u1FDBῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-"
+    "ℝℤ\u2126ℨ\u212A-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-"
+    "𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
+    "\\s?[!-/:-~！-／：-～‘-‟\u3000-。]+",
+    R"(\s+$)",
+    "[一-龥ࠀ-一가-\uD7FF]+",
+    R"(\s?\p{L}+)",
+    R"(\s?\p{P}+)",
+    R"(\p{N}+)",
+    R"([\p{P}\$\+<=>\^~\|]+)",
+    R"([\p{P}\$\+<=>\^~\|`]+)",
+    R"([0-9][0-9][0-9])",
+};
+constexpr size_t kFirstCharClassPattern = static_cast<size_t>(SplitPattern::kLineBreak);
+
+const CharClassPattern& char_class_pattern(SplitPattern pattern) {
+  static const std::array<CharClassPattern, kCharClassRegexes.size()> parsed = [] {
+    std::array<CharClassPattern, kCharClassRegexes.size()> out;
+    for (size_t i = 0; i < out.size(); ++i) out[i] = CharClassPattern::parse(kCharClassRegexes[i]);
+    return out;
+  }();
+  return parsed[static_cast<size_t>(pattern) - kFirstCharClassPattern];
+}
 
 struct CodePoint {
   char32_t cp;
@@ -136,16 +170,33 @@ class Scanner {
 
 }  // namespace
 
+std::string_view split_regex(SplitPattern pattern) {
+  switch (pattern) {
+    case SplitPattern::kGpt2:
+      return kGpt2Regex;
+    case SplitPattern::kLlama3:
+      return kLlama3Regex;
+    case SplitPattern::kQwen2:
+      return kQwen2Regex;
+    default:
+      return kCharClassRegexes[static_cast<size_t>(pattern) - kFirstCharClassPattern];
+  }
+}
+
 std::optional<SplitPattern> recognize_split_regex(std::string_view regex) {
   if (regex == kGpt2Regex) return SplitPattern::kGpt2;
   if (regex == kLlama3Regex) return SplitPattern::kLlama3;
   if (regex == kQwen2Regex) return SplitPattern::kQwen2;
+  for (size_t i = 0; i < kCharClassRegexes.size(); ++i) {
+    if (regex == kCharClassRegexes[i]) return static_cast<SplitPattern>(kFirstCharClassPattern + i);
+  }
   return std::nullopt;
 }
 
 std::vector<std::pair<size_t, size_t>> split_by_pattern(std::string_view text,
                                                         SplitPattern pattern) {
-  return Scanner(text, pattern).run();
+  if (static_cast<size_t>(pattern) < kFirstCharClassPattern) return Scanner(text, pattern).run();
+  return char_class_pattern(pattern).split(text);
 }
 
 }  // namespace pagedserve::model::tokenizer

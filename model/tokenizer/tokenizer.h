@@ -30,8 +30,8 @@ class Tokenizer {
   // pre-tokenizer), token types, special ids and add_bos/add_eos. Works on vocabulary-only
   // files. Throws ModelError naming the file for a missing or unsupported tokenizer.
   static Tokenizer from_gguf(const GgufFile& file);
-  // The tokenizer of whatever --model names: a GGUF file (or a folder holding one .gguf and
-  // no config.json) through from_gguf, otherwise a Hugging Face folder through from_dir.
+  // The tokenizer of whatever --model names: a folder with tokenizer.json through from_dir,
+  // a GGUF file (or a folder holding one .gguf and no config.json) through from_gguf.
   static Tokenizer from_model(const std::filesystem::path& model_path);
 
   Tokenizer(Tokenizer&&) noexcept;

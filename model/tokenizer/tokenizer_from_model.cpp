@@ -7,6 +7,8 @@
 namespace pagedserve::model {
 
 Tokenizer Tokenizer::from_model(const std::filesystem::path& model_path) {
+  std::error_code ec;
+  if (std::filesystem::exists(model_path / "tokenizer.json", ec)) return from_dir(model_path);
   if (const auto gguf = find_gguf_file(model_path)) return from_gguf(*GgufFile::open(*gguf));
   return from_dir(model_path);
 }

@@ -20,6 +20,13 @@ Category category(char32_t cp) {
   return cp <= it->last ? it->category : kOther;
 }
 
+bool is_punctuation(char32_t cp) {
+  const CodePointRange* end = kPunctuationRanges + kNumPunctuationRanges;
+  const CodePointRange* it = std::upper_bound(
+      kPunctuationRanges, end, cp, [](char32_t c, const CodePointRange& r) { return c < r.first; });
+  return it != kPunctuationRanges && cp <= (it - 1)->last;
+}
+
 bool is_whitespace(char32_t cp) {
   // The Unicode White_Space property (what Rust's regex `\s` and char::is_whitespace use).
   switch (cp) {

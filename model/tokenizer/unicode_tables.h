@@ -1,6 +1,7 @@
-// Unicode classification for the tokenizer: general category (letter / number / other) from the
-// generated range table, White_Space as Rust's regex `\s` and char::is_whitespace define it, and
-// UTF-8 decoding that never reads past the end and treats a bad byte as one code point.
+// Unicode classification for the tokenizer: general category (letter / number / other, and
+// punctuation separately) from the generated range tables, White_Space as Rust's regex `\s` and
+// char::is_whitespace define it, and UTF-8 decoding that never reads past the end and treats a bad
+// byte as one code point.
 #pragma once
 
 #include <cstddef>
@@ -21,9 +22,19 @@ struct CategoryRange {
 extern const CategoryRange kCategoryRanges[];
 extern const size_t kNumCategoryRanges;
 
+// \p{P} (general categories P*), which only some pre-tokenizer regexes (DeepSeek's) use; the
+// Category above keeps it inside kOther, as [^\s\p{L}\p{N}] needs.
+struct CodePointRange {
+  char32_t first;
+  char32_t last;
+};
+extern const CodePointRange kPunctuationRanges[];
+extern const size_t kNumPunctuationRanges;
+
 Category category(char32_t cp);
 inline bool is_letter(char32_t cp) { return category(cp) == kLetter; }
 inline bool is_number(char32_t cp) { return category(cp) == kNumber; }
+bool is_punctuation(char32_t cp);
 bool is_whitespace(char32_t cp);
 
 // One decoded code point and how many bytes it took (1 for an invalid byte, whose value is

@@ -198,7 +198,8 @@ struct Seq {
 };
 
 void check_write_kv_and_attention(const AttentionCase& p, const std::vector<Seq>& seqs,
-                                  bool use_decode_kernel) {
+                                  bool use_decode_kernel, int sliding_window = 0,
+                                  float logit_softcap = 0.0f) {
   std::mt19937 rng(100 + p.head_dim + p.block_size);
   const int num_kv_heads = 2, group = 3, num_heads = num_kv_heads * group;
   const int hd = p.head_dim, bs = p.block_size;
@@ -279,6 +280,8 @@ void check_write_kv_and_attention(const AttentionCase& p, const std::vector<Seq>
   cpu.head_dim = hd;
   cpu.block_size = bs;
   cpu.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  cpu.sliding_window = sliding_window;
+  cpu.logit_softcap = logit_softcap;
   kernels::paged_attention(cpu);
 
   const std::vector<int32_t> work = kc::attention_work_items(qsl.data(), num_seqs, group);
@@ -304,6 +307,8 @@ void check_write_kv_and_attention(const AttentionCase& p, const std::vector<Seq>
   gpu.max_blocks_per_seq = max_blocks;
   gpu.num_heads = num_heads;
   gpu.scale = cpu.scale;
+  gpu.sliding_window = sliding_window;
+  gpu.logit_softcap = logit_softcap;
   gpu.max_seq_len = max_seq_len;
   gpu.partition_size = p.partition_size;
   gpu.partial_out = pout.get();
@@ -330,6 +335,26 @@ TEST_P(CudaAttention, DecodeBatchMatchesCpuWithBothKernels) {
     SCOPED_TRACE("tiled kernel");
     check_write_kv_and_attention(GetParam(), decode_seqs, false);
   }
+}
+
+// Sliding windows below, at and above the tile and block sizes (partitions wholly before a
+// row's window are empty and the merge skips them) and soft caps that bend most scores, on the
+// mixed batch (tiled kernel) and a decode batch with both kernels.
+TEST_P(CudaAttention, SlidingWindowAndSoftcapMatchCpu) {
+  PAGEDSERVE_REQUIRE_GPU();
+  const std::vector<Seq> mixed = {{70, 1}, {37, 37}, {90, 20}, {5, 1}, {130, 3}};
+  const std::vector<Seq> decode_seqs = {{70, 1}, {1, 1}, {130, 1}, {33, 1}, {5, 1}, {64, 1}};
+  for (int window : {1, 7, 32, 40}) {
+    for (float cap : {0.0f, 1.0f}) {
+      SCOPED_TRACE(::testing::Message() << "sliding_window=" << window << " softcap=" << cap);
+      check_write_kv_and_attention(GetParam(), mixed, true, window, cap);
+      check_write_kv_and_attention(GetParam(), decode_seqs, true, window, cap);
+      check_write_kv_and_attention(GetParam(), decode_seqs, false, window, cap);
+    }
+  }
+  SCOPED_TRACE("softcap alone");
+  check_write_kv_and_attention(GetParam(), mixed, true, 0, 1.0f);
+  check_write_kv_and_attention(GetParam(), decode_seqs, true, 0, 1.0f);
 }
 
 std::vector<AttentionCase> attention_cases() {

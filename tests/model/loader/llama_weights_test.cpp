@@ -198,9 +198,15 @@ TEST(LlamaWeights, BadConfigStopsTheLoad) {
   testing::write_file(dir / "config.json", "{oops");
   EXPECT_THAT(load_error(dir.path()), HasSubstr("config.json: invalid JSON"));
   nlohmann::json config = TinyLlama{}.config();
+  config["rope_scaling"] = {{"rope_type", "mrope"}};
+  testing::write_json(dir / "config.json", config);
+  EXPECT_THAT(load_error(dir.path()), HasSubstr("rope_scaling type mrope is not supported"));
+  // A config announcing biases makes them required tensors.
+  config = TinyLlama{}.config();
   config["attention_bias"] = true;
   testing::write_json(dir / "config.json", config);
-  EXPECT_THAT(load_error(dir.path()), HasSubstr("attention_bias=true is not supported"));
+  EXPECT_THAT(load_error(dir.path()),
+              HasSubstr("missing tensor model.layers.0.self_attn.q_proj.bias"));
 }
 
 TEST(LlamaWeights, WrongShape) {
@@ -229,12 +235,17 @@ TEST(LlamaWeights, MissingTensor) {
   }
 }
 
-TEST(LlamaWeights, HugeLayerCountEndsInMissingTensor) {
+TEST(LlamaWeights, HugeLayerCountIsRefusedBeforeAnyAllocation) {
   TempDir dir;
   const TinyLlama tiny;
   tiny.write(dir.path(), 1);
   nlohmann::json config = tiny.config();
   config["num_hidden_layers"] = 2147483647;
+  testing::write_json(dir / "config.json", config);
+  EXPECT_THAT(load_error(dir.path()),
+              HasSubstr("num_hidden_layers 2147483647 is more than 65536"));
+  // A plausible count still ends in the first missing tensor.
+  config["num_hidden_layers"] = 60000;
   testing::write_json(dir / "config.json", config);
   EXPECT_THAT(load_error(dir.path()),
               HasSubstr("missing tensor model.layers.2.input_layernorm.weight"));
@@ -251,7 +262,7 @@ TEST(LlamaWeights, BiasTensorRejected) {
   testing::write_json(dir / "config.json", tiny.config());
   testing::write_safetensors(dir / "model.safetensors", tensors);
   EXPECT_THAT(load_error(dir.path()),
-              HasSubstr("tensor model.layers.1.self_attn.q_proj.bias is a bias"));
+              HasSubstr("tensor model.layers.1.self_attn.q_proj.bias is a bias its config.json does not announce"));
 }
 
 TEST(LlamaWeights, ShardMissingFromDisk) {

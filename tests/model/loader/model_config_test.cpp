@@ -33,6 +33,12 @@ std::string config_error(const nlohmann::json& config) {
   return "";
 }
 
+ModelConfig config_of(const nlohmann::json& config) {
+  TempDir dir;
+  write_json(dir / "config.json", config);
+  return load_model_config(dir / "config.json");
+}
+
 TEST(ModelConfig, Stories260K) {
   const ModelConfig c = load_model_config(pagedserve::testing::stories260k_dir() / "config.json");
   EXPECT_EQ(c.architecture, "LlamaForCausalLM");
@@ -154,7 +160,7 @@ TEST(ModelConfig, WrongTypes) {
   EXPECT_THAT(config_error(config), HasSubstr("eos_token_id entry must be an integer"));
   config = TinyLlama{}.config();
   config["architectures"] = "LlamaForCausalLM";
-  EXPECT_THAT(config_error(config), HasSubstr("field architectures must be an array"));
+  EXPECT_THAT(config_error(config), HasSubstr("field architectures must be a list of strings"));
   config = TinyLlama{}.config();
   config["vocab_size"] = 1ull << 40;
   EXPECT_THAT(config_error(config), HasSubstr("field vocab_size is out of range"));
@@ -194,30 +200,71 @@ TEST(ModelConfig, HiddenNotAMultipleOfHeadsWithoutHeadDim) {
 
 TEST(ModelConfig, UnsupportedArchitecture) {
   nlohmann::json config = TinyLlama{}.config();
-  config["architectures"] = {"MistralForCausalLM"};
-  EXPECT_THAT(config_error(config),
-              HasSubstr("config.json: unsupported architecture MistralForCausalLM (pagedserve "
-                        "supports LlamaForCausalLM)"));
+  config["architectures"] = {"GPT2LMHeadModel"};
+  const std::string message = config_error(config);
+  EXPECT_THAT(message, HasSubstr("config.json: unsupported architecture GPT2LMHeadModel"));
+  for (const char* supported : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                                "Qwen3ForCausalLM", "Phi3ForCausalLM", "Gemma2ForCausalLM",
+                                "Gemma3ForCausalLM", "SmolLM3ForCausalLM"}) {
+    EXPECT_THAT(message, HasSubstr(supported));
+  }
   config.erase("architectures");
   config["model_type"] = "gpt2";
   EXPECT_THAT(config_error(config), HasSubstr("unsupported architecture gpt2"));
+  config["model_type"] = "mistral";  // model_type alone names the family
+  EXPECT_EQ(config_error(config), "");
   config.erase("model_type");
   EXPECT_THAT(config_error(config), HasSubstr("unsupported architecture"));
 }
 
-TEST(ModelConfig, UnsupportedFeatures) {
+TEST(ModelConfig, UnsupportedFeaturesAreNamed) {
   nlohmann::json config = TinyLlama{}.config();
+  config["rope_scaling"] = {{"rope_type", "mrope"}, {"factor", 8.0}};
+  EXPECT_THAT(config_error(config), HasSubstr("rope_scaling type mrope is not supported"));
   config["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
-  EXPECT_THAT(config_error(config), HasSubstr("rope_scaling is not supported"));
+  EXPECT_THAT(config_error(config), HasSubstr("needs original_max_position_embeddings"));
   config = TinyLlama{}.config();
+  config["hidden_act"] = "relu";
+  EXPECT_THAT(config_error(config), HasSubstr("hidden_act relu is not supported"));
+  config = TinyLlama{}.config();
+  config["layer_types"] = nlohmann::json::array();
+  for (int i = 0; i < config["num_hidden_layers"].get<int>(); ++i) {
+    config["layer_types"].push_back("chunked_attention");
+  }
+  EXPECT_THAT(config_error(config), HasSubstr("layer type chunked_attention is not supported"));
+  config = TinyLlama{}.config();
+  config["partial_rotary_factor"] = 1.5;
+  EXPECT_THAT(config_error(config), HasSubstr("partial_rotary_factor must be in (0, 1]"));
+}
+
+TEST(ModelConfig, FamilySwitchesFollowTheirConfigClasses) {
+  nlohmann::json config = TinyLlama{}.config();
   config["attention_bias"] = true;
-  EXPECT_THAT(config_error(config), HasSubstr("attention_bias=true is not supported"));
-  config = TinyLlama{}.config();
   config["mlp_bias"] = true;
-  EXPECT_THAT(config_error(config), HasSubstr("mlp_bias=true is not supported"));
+  config["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0},
+                            {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                            {"original_max_position_embeddings", 8192}};
+  ModelConfig c = config_of(config);
+  EXPECT_TRUE(c.qkv_bias && c.o_bias && c.mlp_bias);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+
   config = TinyLlama{}.config();
-  config["hidden_act"] = "gelu";
-  EXPECT_THAT(config_error(config), HasSubstr("hidden_act gelu is not supported"));
+  config["architectures"] = {"Gemma2ForCausalLM"};
+  config["sliding_window"] = 4;
+  config["query_pre_attn_scalar"] = 16;
+  config["attn_logit_softcapping"] = 50.0;
+  config.erase("tie_word_embeddings");
+  c = config_of(config);
+  EXPECT_TRUE(c.tie_word_embeddings);  // Gemma's default
+  EXPECT_TRUE(c.sandwich_norms);
+  EXPECT_EQ(c.activation, Activation::kGeluTanh);
+  EXPECT_FLOAT_EQ(c.attention_scale, 0.25f);
+  EXPECT_FLOAT_EQ(c.norm_weight_offset, 1.0f);
+  ASSERT_EQ(static_cast<int>(c.layers.size()), c.num_hidden_layers);
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    EXPECT_EQ(c.layers[i].sliding_window, i % 2 == 0 ? 4 : 0) << "layer " << i;
+  }
 }
 
 }  // namespace

@@ -54,6 +54,40 @@ TEST(SplitPatterns, RecognizesOnlyKnownRegexes) {
                 R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)"),
             SplitPattern::kGpt2);
   EXPECT_EQ(recognize_split_regex(R"(\w+)"), std::nullopt);
+  for (int p = 0; p <= static_cast<int>(SplitPattern::kThreeAsciiDigits); ++p) {
+    const auto pattern = static_cast<SplitPattern>(p);
+    EXPECT_EQ(recognize_split_regex(split_regex(pattern)), pattern) << split_regex(pattern);
+  }
+  EXPECT_EQ(recognize_split_regex(R"(\s?\p{L}+)"), SplitPattern::kDeepseekCoderLetters);
+}
+
+// The one-class patterns keep the text between matches as pieces of its own (Isolated).
+TEST(SplitPatterns, OneClassPatternsIsolateMatches) {
+  using enum SplitPattern;
+  EXPECT_EQ(split("Hello  world1x", kDeepseekCoderLetters),
+            (Pieces{"Hello", " ", " world", "1", "x"}));
+  EXPECT_EQ(split("a, b!? $", kDeepseekCoderPunctuation),  // $ is a symbol, not punctuation
+            (Pieces{"a", ",", " b", "!?", " $"}));
+  EXPECT_EQ(split("a\r\nb", kLineBreak), (Pieces{"a", "\r", "\n", "b"}));
+  EXPECT_EQ(split("ab \t ", kTrailingWhitespace), (Pieces{"ab", " \t "}));
+  EXPECT_EQ(split("a b", kTrailingWhitespace), (Pieces{"a b"}));
+  EXPECT_EQ(split("12345678", kThreeAsciiDigits), (Pieces{"123", "456", "78"}));
+  EXPECT_EQ(split("a+=b|c", kPunctuationAndSymbols), (Pieces{"a", "+=", "b", "|", "c"}));
+  EXPECT_EQ(split("a`b", kPunctuationAndSymbols), (Pieces{"a`b"}));
+  EXPECT_EQ(split("a`b", kFalconPunctuation), (Pieces{"a", "`", "b"}));
+  EXPECT_EQ(split("ab\u4e2d\u6587c", kCjk), (Pieces{"ab", "\u4e2d\u6587", "c"}));
+  EXPECT_EQ(split("x12\u0663y", kNumbers), (Pieces{"x", "12\u0663", "y"}));
+  // U+3000 is both whitespace and in the class: \s? takes the first, the class the second.
+  // (The class's ":-~" includes the ASCII letters, not the digits.)
+  EXPECT_EQ(split("\u3000\u3000"
+                  "1",
+                  kDeepseekLlmPunctuation),
+            (Pieces{"\u3000\u3000", "1"}));
+  EXPECT_EQ(split("1 ab!", kDeepseekLlmPunctuation), (Pieces{"1", " ab!"}));
+  // The explicit letter list: Greek and Latin-1 letters are in, CJK and digits are not.
+  EXPECT_EQ(split("\u03b1\u03b2 caf\u00e9\u4e2d7", kDeepseekLlmLetters),
+            (Pieces{"\u03b1\u03b2", " caf\u00e9", "\u4e2d7"}));
+  EXPECT_EQ(split("", kDeepseekLlmLetters), Pieces{});
 }
 
 }  // namespace
