@@ -124,7 +124,8 @@ class BlockManager {
   bool has_sequence(SeqId seq) const { return seqs_.count(seq) != 0; }
   bool is_swapped(SeqId seq) const;
   // Device block ids in token order; valid until the next call that changes this sequence.
-  // Entries released by release_blocks_before_window hold kNoBlock. Throws std::logic_error when the sequence is unknown or swapped out.
+  // Entries released by release_blocks_before_window hold kNoBlock. Throws std::logic_error when
+  // the sequence is unknown or swapped out.
   std::span<const BlockId> block_table(SeqId seq) const;
   std::span<const BlockId> cpu_block_table(SeqId seq) const;  // swapped-out sequences only
   int num_tokens(SeqId seq) const;

@@ -32,15 +32,13 @@ std::string BlockManager::check_sequences() const {
     if (s.num_released < 0 || s.num_released >= std::max(num_blocks, 1)) {
       return who + "released entries out of range";
     }
-    if (s.num_released > 0 &&
-        (sliding_window_ == 0 ||
-         s.num_released * block_size_ > s.num_tokens - sliding_window_ + 1)) {
+    if (s.num_released > 0 && (sliding_window_ == 0 ||
+                               s.num_released * block_size_ > s.num_tokens - sliding_window_ + 1)) {
       return who + "released a block the window still covers";
     }
     for (int i = 0; i < num_blocks; ++i) {
       if ((s.blocks[i] == kNoBlock) != (i < s.num_released)) {
-        return who + "released entries are not exactly the first " +
-               std::to_string(s.num_released);
+        return who + "released entries are not exactly the first " + std::to_string(s.num_released);
       }
     }
     std::vector<BlockId> sorted(s.blocks.begin() + s.num_released, s.blocks.end());

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/engine.h"
 #include "actors/llm_engine.h"
 #include "tests/actors/engine_test_util.h"
 #include "tests/test_paths.h"
@@ -71,8 +72,9 @@ model::SamplingParams long_params(int max_tokens) {
 // Greedy, sampled n = 2 (a fork sharing the prompt's blocks) and a beam search of width 2,
 // all longer than the window many times over.
 std::map<uint64_t, Finished> run_mix(LlmEngine& engine, int* peak_used) {
-  const std::vector<int32_t> prompt =
-      engine.tokenizer().encode("Once upon a time, there was a little girl named Lily. She loved");
+  const std::vector<int32_t> prompt = engine.tokenizer().encode(
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+      "park with her friends. One day, she saw a big red ball under a tree.");
   engine.add_request(prompt, long_params(150));
   model::SamplingParams sampled = long_params(150);
   sampled.temperature = 0.8f;
@@ -106,14 +108,19 @@ std::vector<std::vector<int32_t>> final_tokens(const std::map<uint64_t, Finished
 struct Mode {
   bool overlap;
   bool caching;
+  bool chunked;  // prompts prefilled 12 tokens a step: windows release between chunks
 };
 
 class SlidingWindowEngine : public ::testing::TestWithParam<Mode> {};
 
 TEST_P(SlidingWindowEngine, FreeingBlocksChangesNoTokenAndBoundsTheBlocks) {
   const Mode mode = GetParam();
-  LlmEngine freeing(engine_config(true, mode.caching, 64), mode.overlap);
-  LlmEngine keeping(engine_config(false, mode.caching, 1024), mode.overlap);
+  EngineConfig freeing_config = engine_config(true, mode.caching, 64);
+  EngineConfig keeping_config = engine_config(false, mode.caching, 1024);
+  if (mode.chunked)
+    freeing_config.max_num_batched_tokens = keeping_config.max_num_batched_tokens = 12;
+  LlmEngine freeing(freeing_config, mode.overlap);
+  LlmEngine keeping(keeping_config, mode.overlap);
   ASSERT_EQ(freeing.model_config().max_window_of_all_layers(), kWindow);
   int peak_freeing = 0, peak_keeping = 0;
   const auto got = final_tokens(run_mix(freeing, &peak_freeing));
@@ -130,11 +137,13 @@ TEST_P(SlidingWindowEngine, FreeingBlocksChangesNoTokenAndBoundsTheBlocks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, SlidingWindowEngine,
-                         ::testing::Values(Mode{false, true}, Mode{true, true}, Mode{false, false},
-                                           Mode{true, false}),
+                         ::testing::Values(Mode{false, true, false}, Mode{true, true, false},
+                                           Mode{false, false, false}, Mode{true, false, true},
+                                           Mode{false, true, true}),
                          [](const ::testing::TestParamInfo<Mode>& info) {
                            return std::string(info.param.overlap ? "overlap" : "sync") +
-                                  (info.param.caching ? "_caching" : "_nocaching");
+                                  (info.param.caching ? "_caching" : "_nocaching") +
+                                  (info.param.chunked ? "_chunked" : "");
                          });
 
 // One long greedy generation: after its first step the sequence never holds more than
@@ -177,6 +186,68 @@ TEST(SlidingWindowEngineBlocks, TheWindowMattersForThisModel) {
     outputs.push_back(testing_util::run_to_completion(engine).begin()->second.tokens());
   }
   EXPECT_NE(outputs[0], outputs[1]);
+}
+
+// The actor system (the BlockManager in the prefix-cache actor, the scheduler planning from its
+// mirror) under memory pressure: 8 requests, some forked, in 40 blocks, so sequences whose
+// windows released blocks are preempted by swap or by recompute and resumed. Every output
+// equals the synchronous engine's with every block kept in a large pool.
+TEST(SlidingWindowEngineActors, PreemptedWindowedSequencesResumeWithTheSameTokens) {
+  const std::vector<std::string> prompts = {"Once upon a time", "Lily and Tom", "The cat sat",
+                                            "One day, a little bird"};
+  std::vector<std::pair<std::vector<int32_t>, model::SamplingParams>> requests;
+  std::map<uint64_t, Finished> expected;
+  {
+    EngineConfig config = engine_config(false, true, 1024);
+    config.max_model_len = 160;
+    LlmEngine reference(config);
+    for (int i = 0; i < 8; ++i) {
+      model::SamplingParams p = long_params(60 + 10 * (i % 4));
+      p.temperature = 0.9f;
+      p.seed = 40 + i;
+      if (i % 3 == 1) p.n = 2;
+      requests.emplace_back(reference.tokenizer().encode(prompts[i % prompts.size()]), p);
+      reference.add_request(requests.back().first, p);
+    }
+    expected = testing_util::run_to_completion(reference);
+  }
+  int64_t preemptions = 0;
+  for (auto [mode, overlap] :
+       {std::pair{PreemptionMode::kSwap, true}, std::pair{PreemptionMode::kRecompute, true},
+        std::pair{PreemptionMode::kSwap, false}}) {
+    SCOPED_TRACE(std::string(preemption_mode_name(mode)) + (overlap ? ", overlap" : ""));
+    EngineConfig config = engine_config(true, true, 40);
+    config.max_model_len = 160;
+    config.preemption_mode = mode;
+    if (mode == PreemptionMode::kSwap) config.swap_space_bytes = int64_t{8} << 20;
+    EngineOptions options;
+    options.overlap = overlap;
+    auto engine = Engine::start(config, options);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& [prompt, params] : requests) {
+      GenerateRequest r;
+      r.prompt_token_ids = prompt;
+      r.sampling = params;
+      streams.push_back(engine->submit(r));
+    }
+    uint64_t request_id = 1;  // the reference numbered its requests from 1 in this order
+    for (auto& stream : streams) {
+      std::map<int, std::vector<int32_t>> got;
+      while (std::optional<TokenEvent> event = stream->next()) {
+        got[event->index].insert(got[event->index].end(), event->token_ids.begin(),
+                                 event->token_ids.end());
+        if (event->finished) {
+          EXPECT_NE(event->finish_reason, "error") << event->error;
+        }
+      }
+      const Finished& want = expected.at(request_id++);
+      ASSERT_EQ(got.size(), want.last.outputs.size());
+      for (const CompletionOutput& c : want.last.outputs) EXPECT_EQ(got[c.index], c.token_ids);
+    }
+    const EngineStats stats = engine->stats();
+    preemptions += stats.num_preemptions_swap + stats.num_preemptions_recompute;
+  }
+  EXPECT_GT(preemptions, 0);
 }
 
 }  // namespace

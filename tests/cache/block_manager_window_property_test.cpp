@@ -53,7 +53,9 @@ struct Counters {
 class WindowRunner {
  public:
   WindowRunner(const WindowParam& p, uint32_t seed)
-      : p_(p), bm_(config(p)), mem_(p.num_device_blocks, p.num_cpu_blocks, p.block_size),
+      : p_(p),
+        bm_(config(p)),
+        mem_(p.num_device_blocks, p.num_cpu_blocks, p.block_size),
         rng_(seed) {
     for (int d = 0; d < 3; ++d) {
       Tokens doc(64);
@@ -124,7 +126,9 @@ class WindowRunner {
     return prompt;
   }
 
-  int blocks_for(size_t n) const { return static_cast<int>((n + p_.block_size - 1) / p_.block_size); }
+  int blocks_for(size_t n) const {
+    return static_cast<int>((n + p_.block_size - 1) / p_.block_size);
+  }
 
   // The brute-force window: leading blocks whose every position is outside (q - window, q].
   int dead_blocks(int q, int table_size) const {
@@ -288,7 +292,9 @@ TEST_P(BlockManagerWindowProperty, RandomOperationsReleaseExactlyTheDeadBlocks) 
   EXPECT_GT(total.released_entries, total.freed_blocks);
   EXPECT_GT(total.forks, 50);
   EXPECT_GT(total.swap_ins, 10);
-  if (GetParam().caching) EXPECT_GT(total.hit_tokens, 0);
+  if (GetParam().caching) {
+    EXPECT_GT(total.hit_tokens, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, BlockManagerWindowProperty,

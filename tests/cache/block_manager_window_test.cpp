@@ -43,8 +43,8 @@ int dead_blocks(int q, int window, int block_size, int table_size) {
 }
 
 int live_entries(std::span<const BlockId> table) {
-  return static_cast<int>(std::count_if(table.begin(), table.end(),
-                                        [](BlockId id) { return id != kNoBlock; }));
+  return static_cast<int>(
+      std::count_if(table.begin(), table.end(), [](BlockId id) { return id != kNoBlock; }));
 }
 
 TEST(BlockManagerWindow, DecodeKeepsOnlyTheBlocksTheWindowCovers) {

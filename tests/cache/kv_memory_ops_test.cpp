@@ -277,33 +277,38 @@ TEST(PagedKvMirror, ReleasesWhatTheAllocatorReleasesUnderASlidingWindow) {
   const auto both = [&](const KvMemoryOp& op) {
     on_mirror.apply(op);
     on_real.apply(op);
-    SCOPED_TRACE(kv_op_name(op.kind));
   };
   both(KvMemoryOp::allocate(1, iota(13, 1), 13, 13));  // 4 blocks
-  both(KvMemoryOp::release_before_window(1));           // query 13 sees (7, 13]: blocks 0, 1
+  both(KvMemoryOp::release_before_window(1));          // query 13 sees (7, 13]: blocks 0, 1
   EXPECT_EQ(mirror.num_free_device_blocks(), real.num_free_device_blocks());
   EXPECT_EQ(real.num_free_device_blocks(), 14);
   EXPECT_EQ(real.num_logical_blocks(), 2);
   mirror.reconcile(on_real.finish());
   on_mirror.finish();
   const std::vector<BlockId> want(real.block_table(1).begin(), real.block_table(1).end());
-  EXPECT_EQ(std::vector<BlockId>(mirror.block_table(1).begin(), mirror.block_table(1).end()),
-            want);
+  EXPECT_EQ(std::vector<BlockId>(mirror.block_table(1).begin(), mirror.block_table(1).end()), want);
   EXPECT_EQ(want[0], kNoBlock);
   EXPECT_EQ(want[1], kNoBlock);
+  // Exact until a swap (the mirror cannot know which swap twins the manager reuses), then
+  // conservative until the next reconcile.
+  bool swapped = false;
   for (const KvMemoryOp& op :
        {KvMemoryOp::fork(1, 2), KvMemoryOp::append(1, 5), KvMemoryOp::append(1, 6),
         KvMemoryOp::append(1, 7), KvMemoryOp::release_before_window(1),
         KvMemoryOp::release_before_window(2), KvMemoryOp::swap_out(2), KvMemoryOp::swap_in(2),
         KvMemoryOp::release_before_window(2), KvMemoryOp::free(1)}) {
     both(op);
-    EXPECT_LE(mirror.num_free_device_blocks(), real.num_free_device_blocks());
-    EXPECT_LE(mirror.num_free_cpu_blocks(), real.num_free_cpu_blocks());
-    if (op.kind != KvOpKind::kSwapOut && op.kind != KvOpKind::kSwapIn) {
-      EXPECT_EQ(mirror.num_free_device_blocks(), real.num_free_device_blocks());
+    swapped = swapped || op.kind == KvOpKind::kSwapOut;
+    EXPECT_LE(mirror.num_free_device_blocks(), real.num_free_device_blocks())
+        << kv_op_name(op.kind);
+    EXPECT_LE(mirror.num_free_cpu_blocks(), real.num_free_cpu_blocks()) << kv_op_name(op.kind);
+    if (!swapped) {
+      EXPECT_EQ(mirror.num_free_device_blocks(), real.num_free_device_blocks())
+          << kv_op_name(op.kind);
     }
   }
-  // Sequence 2 holds its blocks 2 and 3 (positions 8..12): one swap-out copy each way.
+  // Sequence 2 holds its blocks 2 and 3 (positions 8..12); block 2, still sequence 1's when 2
+  // swapped out, came back without a copy.
   EXPECT_EQ(real.num_free_device_blocks(), 14);
   EXPECT_EQ(real.num_free_cpu_blocks(), 8);
   mirror.reconcile(on_real.finish());
