@@ -20,7 +20,9 @@ namespace {
 
 // What every device shares once its KV pool is sized (config.num_kv_blocks, and the CPU
 // pool for swapping): the preemption mode, the block manager's and the scheduler's settings.
-void set_up_scheduler(EngineSetup& setup, int num_cpu_blocks, const std::vector<int>& model_eos) {
+// `sliding_window`: the window every layer has (0 when some layer reads the whole context).
+void set_up_scheduler(EngineSetup& setup, int num_cpu_blocks, const std::vector<int>& model_eos,
+                      int sliding_window) {
   EngineConfig& config = setup.config;
   config.preemption_mode = config.preemption_mode.value_or(
       num_cpu_blocks > 0 ? PreemptionMode::kSwap : PreemptionMode::kRecompute);
@@ -32,6 +34,7 @@ void set_up_scheduler(EngineSetup& setup, int num_cpu_blocks, const std::vector<
   setup.blocks.num_device_blocks = config.num_kv_blocks;
   setup.blocks.num_cpu_blocks = num_cpu_blocks;
   setup.blocks.enable_prefix_caching = config.enable_prefix_caching;
+  setup.blocks.sliding_window = config.free_blocks_outside_window ? sliding_window : 0;
   SchedulerConfig& sched = setup.scheduler;
   sched.preemption_mode = *config.preemption_mode;
   sched.max_num_seqs = config.max_num_seqs;
@@ -67,7 +70,7 @@ EngineSetup set_up_sim_engine(EngineSetup setup) {
         " blocks) cannot hold one max_model_len sequence (" + std::to_string(needed) + " blocks)");
   }
   const int num_cpu_blocks = static_cast<int>(config.swap_space_bytes / block_bytes);
-  set_up_scheduler(setup, num_cpu_blocks, {});
+  set_up_scheduler(setup, num_cpu_blocks, {}, /*sliding_window=*/0);
   setup.executor = std::make_unique<SimExecutor>(std::move(profile), config.block_size,
                                                  config.num_kv_blocks, num_cpu_blocks);
   return setup;
@@ -193,7 +196,10 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
   }
   cache::check_max_model_len_fits(shape, config.num_kv_blocks, config.max_model_len);
 
-  set_up_scheduler(setup, num_cpu_blocks, mc.eos_token_ids);
+  // Blocks are released for the CPU executor only: the CUDA one refuses windowed models so far
+  // (its attention reads from position 0), and it rejects a released (kNoBlock) table entry.
+  set_up_scheduler(setup, num_cpu_blocks, mc.eos_token_ids,
+                   cuda ? 0 : mc.max_window_of_all_layers());
 
   if (!cuda) {
     setup.executor =

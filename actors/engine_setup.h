@@ -52,6 +52,11 @@ struct EngineConfig {
   // KV cache: auto (= the weights'), float32, float16, bfloat16, or fp8 (CUDA only). On the CPU,
   // auto is the checkpoint's torch_dtype, and set_up_engine writes the resolved name back.
   std::string kv_cache_dtype = "auto";
+  // Models whose every layer has a sliding window (Mistral, Phi-3 mini): give a running
+  // sequence's KV blocks back once no layer's window reaches them (BlockManager's sliding
+  // window), so a long generation holds about window / block_size + 2 blocks. CPU executor only
+  // (the CUDA executor checks every table entry). Off keeps them: the tests compare.
+  bool free_blocks_outside_window = true;
 };
 
 struct EngineSetup {

@@ -74,7 +74,9 @@ const char* preemption_mode_name(PreemptionMode mode) {
 }
 
 Scheduler::Scheduler(const SchedulerConfig& config, const cache::BlockManagerConfig& blocks)
-    : config_(config) {
+    : config_(config),
+      release_window_blocks_(blocks.sliding_window > 0 &&
+                             config.kv_allocator == cache::KvAllocatorKind::kPaged) {
   if (config_.max_num_batched_tokens < 1 || config_.max_num_seqs < 1) {
     throw std::invalid_argument("Scheduler: max_num_batched_tokens and max_num_seqs must be >= 1");
   }
@@ -473,7 +475,9 @@ int Scheduler::blocks_to_resume(SequenceGroup& group) const {
   std::set<cache::BlockId> distinct;
   for (const Sequence& seq : group.seqs) {
     if (seq.finished() || !kv_->has_sequence(seq.seq_id)) continue;
-    for (cache::BlockId id : kv_->cpu_block_table(seq.seq_id)) distinct.insert(id);
+    for (cache::BlockId id : kv_->cpu_block_table(seq.seq_id)) {
+      if (id != cache::kNoBlock) distinct.insert(id);  // released by the sliding window
+    }
   }
   return static_cast<int>(distinct.size());
 }
@@ -560,7 +564,9 @@ void Scheduler::preempt(SequenceGroup& group) {
   std::set<cache::BlockId> device_blocks;  // what swapping out would copy, at most
   for (Sequence* seq : group.live()) {
     if (!kv_->has_sequence(seq->seq_id)) continue;
-    for (cache::BlockId id : kv_->block_table(seq->seq_id)) device_blocks.insert(id);
+    for (cache::BlockId id : kv_->block_table(seq->seq_id)) {
+      if (id != cache::kNoBlock) device_blocks.insert(id);  // released by the sliding window
+    }
   }
   // Swap falls back to recompute when the CPU pool cannot take the group, as vLLM does.
   // Allocators without swap space (num_free_cpu_blocks() == 0) always recompute.
@@ -621,6 +627,9 @@ void Scheduler::emit_plan(const std::vector<PlannedGroup>& plans) {
         continue;
       }
       const int start = seq.num_computed_tokens;
+      // Every slot before `start` is computed (or computing in a step in flight), so the next
+      // slot is this step's earliest query: blocks wholly before its window are dead.
+      if (release_window_blocks_) emit(cache::KvMemoryOp::release_before_window(seq.seq_id));
       for (int i = start; i < start + planned.num_tokens; ++i) {
         // The token the step in flight samples: its block is hashed when update() knows it.
         const int32_t token = token_at(group, seq, i);

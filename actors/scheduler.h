@@ -290,6 +290,9 @@ class Scheduler {
   RequestUpdate new_update(const SequenceGroup& group) const;
 
   SchedulerConfig config_;
+  // Every layer has a sliding window (BlockManagerConfig::sliding_window) and the allocator is
+  // paged: each running sequence releases the blocks its next query cannot see (emit_plan).
+  bool release_window_blocks_ = false;
   // The allocator itself (kDirect, kMirrored); null for kRemote.
   std::unique_ptr<cache::KvAllocator> owned_;
   // What planning reads: owned_ (kDirect), else a PagedKvMirror or, for reserve-*, a replica.

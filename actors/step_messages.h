@@ -26,8 +26,10 @@ struct ScheduledSequence {
   uint64_t seq_id = 0;                 // the block manager's id for this sequence
   std::vector<int32_t> new_token_ids;  // tokens whose K/V this step computes (see above)
   int num_computed_tokens = 0;         // tokens already in the cache before this step
-  std::vector<int32_t> block_table;    // device blocks covering all computed + new tokens
-  bool sample = false;                 // logits wanted: false for a prompt chunk that is not last
+  // Device blocks covering all computed + new tokens; kNoBlock (-1) for the leading blocks a
+  // sliding window released (cache/block_manager.h), which attention never reads.
+  std::vector<int32_t> block_table;
+  bool sample = false;  // logits wanted: false for a prompt chunk that is not last
   // Set when sample is true: the request's params, one copy per request shared by all its
   // sequences and steps (not copied per sequence per step).
   std::shared_ptr<const model::SamplingParams> sampling;

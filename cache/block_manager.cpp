@@ -17,6 +17,7 @@ BlockManager::BlockManager(const BlockManagerConfig& config)
     : block_size_(config.block_size),
       watermark_blocks_(static_cast<int>(config.watermark * config.num_device_blocks)),
       enable_prefix_caching_(config.enable_prefix_caching),
+      sliding_window_(config.sliding_window),
       device_(config.num_device_blocks, config.enable_prefix_caching),
       cpu_(config.num_cpu_blocks, /*enable_caching=*/false),
       cpu_twin_of_device_(static_cast<size_t>(device_.num_blocks()), kNoBlock),
@@ -27,6 +28,9 @@ BlockManager::BlockManager(const BlockManagerConfig& config)
   }
   if (!(config.watermark >= 0.0 && config.watermark < 1.0)) {
     throw std::invalid_argument("BlockManager: watermark must be in [0, 1)");
+  }
+  if (config.sliding_window < 0) {
+    throw std::invalid_argument("BlockManager: sliding_window must be >= 0");
   }
 }
 
@@ -122,13 +126,15 @@ void BlockManager::link_twins(BlockId device_block, BlockId cpu_block) {
 
 int BlockManager::num_cpu_blocks_to_take(const Sequence& s) const {
   int take = 0;
-  for (BlockId d : s.blocks) take += cpu_twin_of_device_[d] == kNoBlock ? 1 : 0;
+  for (BlockId d : s.blocks) {
+    take += d != kNoBlock && cpu_twin_of_device_[d] == kNoBlock ? 1 : 0;
+  }
   return take;
 }
 
 int BlockManager::num_device_blocks_to_take(const Sequence& s) const {
   int take = 0;
-  for (size_t i = 0; i < s.blocks.size(); ++i) {
+  for (size_t i = s.num_released; i < s.blocks.size(); ++i) {
     if (device_twin_of_cpu_[s.blocks[i]] != kNoBlock) continue;
     if (i < s.block_hashes.size()) {
       if (const std::optional<BlockId> hit = device_.lookup(s.block_hashes[i])) {
@@ -295,6 +301,24 @@ bool BlockManager::has_pending_token(SeqId seq) const {
   return sequence(seq, "has_pending_token").pending;
 }
 
+int BlockManager::release_blocks_before_window(SeqId seq) {
+  Sequence& s = device_sequence(seq, "release_blocks_before_window");
+  if (sliding_window_ == 0) return 0;
+  // The query at position num_tokens reads from first_visible on; every block ending before
+  // it is dead. The last block always stays: it takes the next slot (or holds a pending one).
+  const int first_visible = s.num_tokens - sliding_window_ + 1;
+  if (first_visible <= 0) return 0;
+  const int end = std::min(first_visible / block_size_, static_cast<int>(s.blocks.size()) - 1);
+  const int begin = s.num_released;
+  // Back to front, like free(): among these, the earliest prefix is evicted last.
+  for (int b = end - 1; b >= begin; --b) {
+    release_device(s.blocks[b]);
+    s.blocks[b] = kNoBlock;
+  }
+  s.num_released = std::max(begin, end);
+  return std::max(0, end - begin);
+}
+
 void BlockManager::fork(SeqId parent, SeqId child) {
   if (seqs_.count(child) != 0) {
     throw std::logic_error("BlockManager::fork: child " + seq_name(child) + " already exists");
@@ -303,7 +327,7 @@ void BlockManager::fork(SeqId parent, SeqId child) {
   if (copy.pending) {
     throw std::logic_error("BlockManager::fork: " + seq_name(parent) + " has a pending token");
   }
-  for (BlockId id : copy.blocks) device_.acquire(id);
+  for (size_t i = copy.num_released; i < copy.blocks.size(); ++i) device_.acquire(copy.blocks[i]);
   seqs_.emplace(child, std::move(copy));
 }
 
@@ -312,7 +336,7 @@ void BlockManager::free(SeqId seq) {
   if (it == seqs_.end()) throw std::logic_error("BlockManager::free: unknown " + seq_name(seq));
   const Sequence& s = it->second;
   // Tail first: the free queue then evicts this sequence's longest prefix before its parents.
-  for (auto b = s.blocks.rbegin(); b != s.blocks.rend(); ++b) {
+  for (auto b = s.blocks.rbegin(); b != s.blocks.rend() - s.num_released; ++b) {
     if (s.swapped) {
       release_cpu(*b);
     } else {
@@ -334,9 +358,11 @@ std::vector<BlockCopy> BlockManager::swap_out(SeqId seq) {
                              std::to_string(cpu_.num_free_blocks()) + " are free");
   }
   std::vector<BlockCopy> copies;
-  std::vector<BlockId> cpu_blocks;
+  // Released entries stay released: only the live blocks cross the bus.
+  std::vector<BlockId> cpu_blocks(static_cast<size_t>(s.num_released), kNoBlock);
   cpu_blocks.reserve(s.blocks.size());
-  for (BlockId d : s.blocks) {
+  for (size_t i = s.num_released; i < s.blocks.size(); ++i) {
+    const BlockId d = s.blocks[i];
     BlockId c = cpu_twin_of_device_[d];
     if (c != kNoBlock) {
       cpu_.acquire(c);  // a sharer already copied this block out
@@ -347,7 +373,9 @@ std::vector<BlockCopy> BlockManager::swap_out(SeqId seq) {
     }
     cpu_blocks.push_back(c);
   }
-  for (auto d = s.blocks.rbegin(); d != s.blocks.rend(); ++d) release_device(*d);
+  for (auto d = s.blocks.rbegin(); d != s.blocks.rend() - s.num_released; ++d) {
+    release_device(*d);
+  }
   s.blocks = std::move(cpu_blocks);
   s.swapped = true;
   return copies;
@@ -367,7 +395,7 @@ std::vector<BlockCopy> BlockManager::swap_in(SeqId seq) {
   std::vector<BlockId> device_blocks(s.blocks.size(), kNoBlock);
   // Pass 1: blocks whose content is still on the device (a twin, or a prefix-cache entry).
   // Taking them before allocating keeps the allocations from evicting them.
-  for (size_t i = 0; i < s.blocks.size(); ++i) {
+  for (size_t i = s.num_released; i < s.blocks.size(); ++i) {
     BlockId d = device_twin_of_cpu_[s.blocks[i]];
     if (d == kNoBlock && i < s.block_hashes.size()) {
       d = device_.lookup(s.block_hashes[i]).value_or(kNoBlock);
@@ -379,7 +407,7 @@ std::vector<BlockCopy> BlockManager::swap_in(SeqId seq) {
   }
   // Pass 2: copy the rest in, re-publishing full blocks in the prefix cache.
   std::vector<BlockCopy> copies;
-  for (size_t i = 0; i < s.blocks.size(); ++i) {
+  for (size_t i = s.num_released; i < s.blocks.size(); ++i) {
     if (device_blocks[i] != kNoBlock) continue;
     const BlockId c = s.blocks[i];
     const BlockId d = device_.allocate(cpu_.block(c).num_tokens);
@@ -388,7 +416,7 @@ std::vector<BlockCopy> BlockManager::swap_in(SeqId seq) {
     if (i < s.block_hashes.size()) device_.cache(d, s.block_hashes[i]);
     device_blocks[i] = d;
   }
-  for (auto c = s.blocks.rbegin(); c != s.blocks.rend(); ++c) release_cpu(*c);
+  for (auto c = s.blocks.rbegin(); c != s.blocks.rend() - s.num_released; ++c) release_cpu(*c);
   s.blocks = std::move(device_blocks);
   s.swapped = false;
   return copies;

@@ -17,6 +17,16 @@
 // With overlap scheduling a step may hold the slot of a token the running step has not sampled
 // yet (append_pending_token): a block that token fills is hashed only once resolve_pending_token
 // names it, so the prefix cache never indexes a block under a guessed token.
+//
+// Sliding windows (BlockManagerConfig::sliding_window = W > 0, when every layer is windowed):
+// the query at position i reads only keys at i - W < j <= i, so once the earliest query a step
+// computes is at position q, the blocks holding only positions <= q - W are dead for this
+// sequence. release_blocks_before_window(seq), called when the next slot appended is that
+// query, drops this sequence's reference to them (a block shared with a fork stays with the
+// fork; a hashed full block becomes cached-free like any freed block) and leaves kNoBlock in
+// their table entries: the table keeps one entry per block of tokens, so positions still map to
+// entries, and the attention kernels never read an entry before the window. Released entries
+// are always a prefix of the table, never its last block; swap, fork and free skip them.
 #pragma once
 
 #include <cstdint>
@@ -93,6 +103,12 @@ class BlockManager {
   // publishes that block. Throws std::logic_error when the sequence has no pending token.
   void resolve_pending_token(SeqId seq, int32_t token);
   bool has_pending_token(SeqId seq) const;
+  // The next slot appended to `seq` is the earliest query of the step being planned: releases
+  // the blocks wholly before that query's window (see the class comment). Nothing without a
+  // window. Returns the table entries released now. Throws std::logic_error for an unknown or
+  // swapped-out seq.
+  int release_blocks_before_window(SeqId seq);
+  int sliding_window() const { return sliding_window_; }
   // `child` shares every block of `parent` (ref counts + 1). Both must be on the device.
   void fork(SeqId parent, SeqId child);
   // Finish or abort, on the device or swapped out. Full hashed blocks become cached-free.
@@ -108,7 +124,8 @@ class BlockManager {
   bool has_sequence(SeqId seq) const { return seqs_.count(seq) != 0; }
   bool is_swapped(SeqId seq) const;
   // Device block ids in token order; valid until the next call that changes this sequence.
-  // Throws std::logic_error when the sequence is unknown or swapped out.
+  // Entries released by release_blocks_before_window hold kNoBlock. Throws std::logic_error when
+  // the sequence is unknown or swapped out.
   std::span<const BlockId> block_table(SeqId seq) const;
   std::span<const BlockId> cpu_block_table(SeqId seq) const;  // swapped-out sequences only
   int num_tokens(SeqId seq) const;
@@ -144,6 +161,7 @@ class BlockManager {
     std::vector<int32_t> tail_tokens;
     std::string cache_salt;  // hashed into the first block
     int num_tokens = 0;
+    int num_released = 0;  // leading table entries given back (kNoBlock), sliding window only
     bool swapped = false;
     bool pending = false;  // the last token's value is not known yet (append_pending_token)
   };
@@ -176,6 +194,7 @@ class BlockManager {
   int block_size_;
   int watermark_blocks_;
   bool enable_prefix_caching_;
+  int sliding_window_;
   BlockPool device_;
   BlockPool cpu_;
   std::unordered_map<SeqId, Sequence> seqs_;

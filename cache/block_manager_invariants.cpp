@@ -27,12 +27,26 @@ std::string BlockManager::check_sequences() const {
         return who + "wrong number of tail tokens";
       }
     }
-    std::vector<BlockId> sorted(s.blocks);
+    // Released entries (kNoBlock) are a prefix, never the last block, and only ever blocks
+    // wholly before the window of the next query (at position num_tokens).
+    if (s.num_released < 0 || s.num_released >= std::max(num_blocks, 1)) {
+      return who + "released entries out of range";
+    }
+    if (s.num_released > 0 && (sliding_window_ == 0 ||
+                               s.num_released * block_size_ > s.num_tokens - sliding_window_ + 1)) {
+      return who + "released a block the window still covers";
+    }
+    for (int i = 0; i < num_blocks; ++i) {
+      if ((s.blocks[i] == kNoBlock) != (i < s.num_released)) {
+        return who + "released entries are not exactly the first " + std::to_string(s.num_released);
+      }
+    }
+    std::vector<BlockId> sorted(s.blocks.begin() + s.num_released, s.blocks.end());
     std::sort(sorted.begin(), sorted.end());
     if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
       return who + "holds a block twice";
     }
-    for (int i = 0; i < num_blocks; ++i) {
+    for (int i = s.num_released; i < num_blocks; ++i) {
       const BlockId b = s.blocks[i];
       if (b < 0 || b >= pool.num_blocks()) return who + "block id out of range";
       ++refs[b];

@@ -15,6 +15,10 @@ struct BlockManagerConfig {
   int num_cpu_blocks = 0;     // blocks in the CPU swap pool
   bool enable_prefix_caching = true;
   double watermark = 0.01;  // fraction of device blocks admission keeps free
+  // Tokens every layer's sliding window covers (ModelConfig::max_window_of_all_layers()); 0
+  // when some layer reads the whole context. When > 0, BlockManager::release_blocks_before_window
+  // gives back the blocks no query can read any more.
+  int sliding_window = 0;
 };
 
 // A copy of one block's K/V (all layers) that the executor must perform before the step runs.

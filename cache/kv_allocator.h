@@ -102,6 +102,10 @@ class KvAllocator {
   virtual std::vector<BlockCopy> append_pending_token(SeqId seq) = 0;
   virtual void resolve_pending_token(SeqId seq, int32_t token) = 0;
   virtual bool has_pending_token(SeqId seq) const = 0;
+  // Sliding windows (BlockManager::release_blocks_before_window): the next slot appended is the
+  // earliest query of the step; blocks wholly before its window may go back to the pool, their
+  // table entries becoming kNoBlock. The reserving allocators keep their regions: nothing.
+  virtual int release_blocks_before_window(SeqId) { return 0; }
   // `child` gets `parent`'s tokens. Returns device copies the next step must run first (none
   // when the blocks are shared).
   virtual std::vector<BlockCopy> fork(SeqId parent, SeqId child) = 0;
@@ -120,7 +124,8 @@ class KvAllocator {
   virtual int num_free_cpu_blocks() const = 0;  // 0: preemption always recomputes
   virtual int64_t prefix_cache_hits_tokens() const = 0;
   virtual KvMemoryBreakdown memory_breakdown() const = 0;
-  // Blocks the live sequences' tables name, a shared block once per table (what the same
+  // Blocks the live sequences' tables name (released entries not counted), a shared block once
+  // per table (what the same
   // sequences would hold without sharing) and distinct blocks held.
   virtual int64_t num_logical_blocks() const = 0;
   // The paged allocator's BlockManager; nullptr for the others.

@@ -31,6 +31,8 @@ const char* kv_op_name(KvOpKind kind) {
       return "swap_in";
     case KvOpKind::kProbePrefix:
       return "probe_prefix";
+    case KvOpKind::kReleaseBeforeWindow:
+      return "release_before_window";
   }
   return "?";
 }
@@ -122,6 +124,13 @@ KvMemoryOp KvMemoryOp::probe_prefix(uint64_t group, SeqId seq, std::vector<int32
   return op;
 }
 
+KvMemoryOp KvMemoryOp::release_before_window(SeqId seq) {
+  KvMemoryOp op;
+  op.kind = KvOpKind::kReleaseBeforeWindow;
+  op.seq = seq;
+  return op;
+}
+
 KvMemorySnapshot snapshot_of(const KvAllocator& kv) {
   KvMemorySnapshot s;
   s.num_total_device_blocks = kv.num_total_device_blocks();
@@ -203,6 +212,10 @@ void KvMemoryApplier::apply(const KvMemoryOp& op) {
       return;
     case KvOpKind::kSwapIn:
       append_copies(result_.swap_in, kv_.swap_in(op.seq));
+      touch(op.seq);
+      return;
+    case KvOpKind::kReleaseBeforeWindow:
+      kv_.release_blocks_before_window(op.seq);
       touch(op.seq);
       return;
     case KvOpKind::kProbePrefix:

@@ -3,11 +3,13 @@
 // scheduler plans a step from its own view of memory (cache/paged_kv_mirror.h, or a replica for
 // the reserving allocators) and emits the ops in the order it decided them: the forks, frees and
 // pending-token resolutions its last update() made, then every swap_out (and recompute free),
-// every swap_in, then allocate / append for the sequences the step runs. Whoever owns the
-// allocator (the synchronous LlmEngine's Scheduler, or the PrefixCacheActor) applies the list
-// with KvMemoryApplier and returns the result: the copies the executor must run, what each
-// new sequence found in the prefix cache, the block tables of the sequences touched, and a
-// snapshot of the pool for the next plan and for metrics.
+// every swap_in, then allocate / append for the sequences the step runs (with a sliding window
+// on every layer, each running sequence's appends come after a release_before_window op:
+// BlockManager::release_blocks_before_window). Whoever owns the allocator (the synchronous
+// LlmEngine's Scheduler, or the PrefixCacheActor) applies the list with KvMemoryApplier and
+// returns the result: the copies the executor must run, what each new sequence found in the
+// prefix cache, the block tables of the sequences touched, and a snapshot of the pool for the
+// next plan and for metrics.
 //
 // Prefix hits are not known while planning: an allocate op carries the sequence's whole token
 // list and the tokens the plan lets it compute; the applier looks the prefix up and hands the
@@ -30,17 +32,18 @@
 namespace pagedserve::cache {
 
 enum class KvOpKind {
-  kReserve,         // reserve(seq, reservation): reserve-* allocators take a region
-  kAllocate,        // allocate(seq, tokens[0, end)) with a prefix lookup (see above)
-  kAppend,          // append_token(seq, token)
-  kAppendPending,   // append_pending_token(seq)
-  kResolvePending,  // resolve_pending_token(seq, token)
-  kFork,            // fork(seq, child)
-  kFree,            // free(seq)
-  kReleaseGroup,    // release_group(group)
-  kSwapOut,         // swap_out(seq)
-  kSwapIn,          // swap_in(seq)
-  kProbePrefix,     // cached_prefix_tokens(tokens), answered in KvMemoryResult::probes
+  kReserve,              // reserve(seq, reservation): reserve-* allocators take a region
+  kAllocate,             // allocate(seq, tokens[0, end)) with a prefix lookup (see above)
+  kAppend,               // append_token(seq, token)
+  kAppendPending,        // append_pending_token(seq)
+  kResolvePending,       // resolve_pending_token(seq, token)
+  kFork,                 // fork(seq, child)
+  kFree,                 // free(seq)
+  kReleaseGroup,         // release_group(group)
+  kSwapOut,              // swap_out(seq)
+  kSwapIn,               // swap_in(seq)
+  kProbePrefix,          // cached_prefix_tokens(tokens), answered in KvMemoryResult::probes
+  kReleaseBeforeWindow,  // release_blocks_before_window(seq): before a step's first append
 };
 const char* kv_op_name(KvOpKind kind);
 
@@ -67,6 +70,7 @@ struct KvMemoryOp {
   static KvMemoryOp swap_out(SeqId seq);
   static KvMemoryOp swap_in(SeqId seq);
   static KvMemoryOp probe_prefix(uint64_t group, SeqId seq, std::vector<int32_t> tokens);
+  static KvMemoryOp release_before_window(SeqId seq);
 };
 
 using KvMemoryOps = std::vector<KvMemoryOp>;

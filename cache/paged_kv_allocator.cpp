@@ -78,7 +78,8 @@ KvMemoryBreakdown PagedKvAllocator::memory_breakdown() const {
 int64_t PagedKvAllocator::num_logical_blocks() const {
   int64_t total = 0;
   for (SeqId seq : live_) {
-    if (!blocks_.is_swapped(seq)) total += static_cast<int64_t>(blocks_.block_table(seq).size());
+    if (blocks_.is_swapped(seq)) continue;
+    for (BlockId id : blocks_.block_table(seq)) total += id != kNoBlock ? 1 : 0;
   }
   return total;
 }

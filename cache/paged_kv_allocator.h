@@ -38,6 +38,9 @@ class PagedKvAllocator final : public KvAllocator {
     blocks_.resolve_pending_token(seq, token);
   }
   bool has_pending_token(SeqId seq) const override { return blocks_.has_pending_token(seq); }
+  int release_blocks_before_window(SeqId seq) override {
+    return blocks_.release_blocks_before_window(seq);
+  }
   std::vector<BlockCopy> fork(SeqId parent, SeqId child) override;
   void free(SeqId seq) override;
   std::vector<BlockCopy> swap_out(SeqId seq) override { return blocks_.swap_out(seq); }

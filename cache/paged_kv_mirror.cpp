@@ -2,6 +2,7 @@
 // PagedKvAllocator over them.
 #include "cache/paged_kv_mirror.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -18,6 +19,7 @@ PagedKvMirror::PagedKvMirror(const BlockManagerConfig& config)
     : block_size_(config.block_size),
       // As BlockManager computes it, so plans match the allocator's admission rule.
       watermark_blocks_(static_cast<int>(config.watermark * config.num_device_blocks)),
+      sliding_window_(config.sliding_window),
       num_device_blocks_(config.num_device_blocks),
       num_free_device_(config.num_device_blocks),
       num_free_cpu_(config.num_cpu_blocks) {
@@ -39,7 +41,9 @@ const PagedKvMirror::Seq& PagedKvMirror::known(SeqId seq, const char* op) const 
 
 void PagedKvMirror::hold(const Seq& s) {
   auto& refs = s.swapped ? cpu_refs_ : device_refs_;
-  for (BlockId id : s.blocks) ++refs[id];
+  for (BlockId id : s.blocks) {
+    if (id != kNoBlock) ++refs[id];
+  }
 }
 
 // A block no table holds any more is free again (a hashed one becomes cached-free, which the
@@ -172,6 +176,32 @@ bool PagedKvMirror::has_pending_token(SeqId seq) const {
   return known(seq, "has_pending_token").pending;
 }
 
+// BlockManager::release_blocks_before_window's arithmetic: entries wholly before the window of
+// the query at num_tokens, never the last one.
+int PagedKvMirror::release_blocks_before_window(SeqId seq) {
+  Seq& s = known(seq, "release_blocks_before_window");
+  if (s.swapped) {
+    throw std::logic_error("PagedKvMirror::release_blocks_before_window: sequence " +
+                           std::to_string(seq) + " is swapped out");
+  }
+  const int first_visible = s.num_tokens - sliding_window_ + 1;
+  if (sliding_window_ == 0 || first_visible <= 0) return 0;
+  const int end = std::min(first_visible / block_size_, static_cast<int>(s.blocks.size()) - 1);
+  int released = 0;
+  for (int b = 0; b < end; ++b) {
+    BlockId& id = s.blocks[b];
+    if (id == kNoBlock) continue;
+    auto it = device_refs_.find(id);
+    if (it != device_refs_.end() && --it->second == 0) {
+      device_refs_.erase(it);
+      ++num_free_device_;
+    }
+    id = kNoBlock;
+    ++released;
+  }
+  return released;
+}
+
 std::vector<BlockCopy> PagedKvMirror::fork(SeqId parent, SeqId child) {
   if (has_sequence(child)) {
     throw std::logic_error("PagedKvMirror::fork: child " + std::to_string(child) +
@@ -192,6 +222,10 @@ std::vector<BlockCopy> PagedKvMirror::swap_out(SeqId seq) {
   Seq& s = known(seq, "swap_out");
   std::vector<BlockId> cpu_blocks;
   for (BlockId d : s.blocks) {
+    if (d == kNoBlock) {  // released by the window: stays released
+      cpu_blocks.push_back(kNoBlock);
+      continue;
+    }
     auto twin = cpu_twin_.find(d);
     const BlockId c = twin != cpu_twin_.end() ? twin->second : new_cpu_block();
     cpu_twin_[d] = c;
@@ -208,6 +242,10 @@ std::vector<BlockCopy> PagedKvMirror::swap_in(SeqId seq) {
   Seq& s = known(seq, "swap_in");
   std::vector<BlockId> device_blocks;
   for (BlockId c : s.blocks) {
+    if (c == kNoBlock) {
+      device_blocks.push_back(kNoBlock);
+      continue;
+    }
     auto twin = device_twin_.find(c);
     const BlockId d = twin != device_twin_.end() ? twin->second : new_device_block();
     device_twin_[c] = d;

@@ -13,8 +13,10 @@
 //    cache, so cached_prefix_tokens() is 0), an upper bound; its blocks get placeholder ids.
 //  - swap_out / swap_in: take a new CPU / device block for every distinct block (the real
 //    manager may reuse a still-valid twin or prefix-cache entry); placeholder ids again.
-// Placeholder ids are negative, so they never collide with real ones; reconcile() replaces
-// every one (each belongs to a sequence the list touched).
+//  - release_blocks_before_window: exact (the same arithmetic over the same table shape).
+// Placeholder ids are negative, so they never collide with real ones, and below kNoBlock (a
+// sliding window's released entry, which holds nothing); reconcile() replaces every one (each
+// belongs to a sequence the list touched).
 // Not memory_breakdown()/num_logical_blocks(): metrics read the real allocator's snapshot.
 // Pure logic; lives on the scheduler's thread.
 #pragma once
@@ -53,6 +55,7 @@ class PagedKvMirror final : public KvAllocator {
   std::vector<BlockCopy> append_pending_token(SeqId seq) override;
   void resolve_pending_token(SeqId seq, int32_t token) override;
   bool has_pending_token(SeqId seq) const override;
+  int release_blocks_before_window(SeqId seq) override;
   std::vector<BlockCopy> fork(SeqId parent, SeqId child) override;
   void free(SeqId seq) override;
   std::vector<BlockCopy> swap_out(SeqId seq) override;
@@ -89,6 +92,7 @@ class PagedKvMirror final : public KvAllocator {
 
   int block_size_;
   int watermark_blocks_;
+  int sliding_window_;
   int num_device_blocks_;
   int num_free_device_ = 0;
   int num_free_cpu_ = 0;
@@ -100,7 +104,7 @@ class PagedKvMirror final : public KvAllocator {
   // next sharer; its placeholder twin is reused.
   std::unordered_map<BlockId, BlockId> cpu_twin_;
   std::unordered_map<BlockId, BlockId> device_twin_;
-  BlockId next_placeholder_ = -1;
+  BlockId next_placeholder_ = kNoBlock - 1;
 };
 
 }  // namespace pagedserve::cache

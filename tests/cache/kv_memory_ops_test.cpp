@@ -263,5 +263,60 @@ TEST(PagedKvMirror, NeverCountsABlockFreeThatIsNotAndAgreesAfterReconcile) {
   EXPECT_EQ(real.num_free_device_blocks(), 16);
 }
 
+// With a sliding window the mirror releases what the allocator releases: released entries
+// (kNoBlock) survive reconcile, fork, swap and free without being mistaken for a block (or for
+// one of the mirror's own placeholder ids), and the free counts stay exact where they were.
+TEST(PagedKvMirror, ReleasesWhatTheAllocatorReleasesUnderASlidingWindow) {
+  BlockManagerConfig config = pool();
+  config.enable_prefix_caching = false;  // no hits: allocate is exact in the mirror too
+  config.sliding_window = 6;             // with 4-token blocks
+  PagedKvAllocator real(config);
+  PagedKvMirror mirror(config);
+  KvMemoryApplier on_mirror(mirror);
+  KvMemoryApplier on_real(real);
+  const auto both = [&](const KvMemoryOp& op) {
+    on_mirror.apply(op);
+    on_real.apply(op);
+  };
+  both(KvMemoryOp::allocate(1, iota(13, 1), 13, 13));  // 4 blocks
+  both(KvMemoryOp::release_before_window(1));          // query 13 sees (7, 13]: blocks 0, 1
+  EXPECT_EQ(mirror.num_free_device_blocks(), real.num_free_device_blocks());
+  EXPECT_EQ(real.num_free_device_blocks(), 14);
+  EXPECT_EQ(real.num_logical_blocks(), 2);
+  mirror.reconcile(on_real.finish());
+  on_mirror.finish();
+  const std::vector<BlockId> want(real.block_table(1).begin(), real.block_table(1).end());
+  EXPECT_EQ(std::vector<BlockId>(mirror.block_table(1).begin(), mirror.block_table(1).end()), want);
+  EXPECT_EQ(want[0], kNoBlock);
+  EXPECT_EQ(want[1], kNoBlock);
+  // Exact until a swap (the mirror cannot know which swap twins the manager reuses), then
+  // conservative until the next reconcile.
+  bool swapped = false;
+  for (const KvMemoryOp& op :
+       {KvMemoryOp::fork(1, 2), KvMemoryOp::append(1, 5), KvMemoryOp::append(1, 6),
+        KvMemoryOp::append(1, 7), KvMemoryOp::release_before_window(1),
+        KvMemoryOp::release_before_window(2), KvMemoryOp::swap_out(2), KvMemoryOp::swap_in(2),
+        KvMemoryOp::release_before_window(2), KvMemoryOp::free(1)}) {
+    both(op);
+    swapped = swapped || op.kind == KvOpKind::kSwapOut;
+    EXPECT_LE(mirror.num_free_device_blocks(), real.num_free_device_blocks())
+        << kv_op_name(op.kind);
+    EXPECT_LE(mirror.num_free_cpu_blocks(), real.num_free_cpu_blocks()) << kv_op_name(op.kind);
+    if (!swapped) {
+      EXPECT_EQ(mirror.num_free_device_blocks(), real.num_free_device_blocks())
+          << kv_op_name(op.kind);
+    }
+  }
+  // Sequence 2 holds its blocks 2 and 3 (positions 8..12); block 2, still sequence 1's when 2
+  // swapped out, came back without a copy.
+  EXPECT_EQ(real.num_free_device_blocks(), 14);
+  EXPECT_EQ(real.num_free_cpu_blocks(), 8);
+  mirror.reconcile(on_real.finish());
+  EXPECT_EQ(mirror.num_free_device_blocks(), 14);
+  both(KvMemoryOp::free(2));
+  EXPECT_EQ(mirror.num_free_device_blocks(), 16);
+  EXPECT_EQ(real.num_free_device_blocks(), 16);
+}
+
 }  // namespace
 }  // namespace pagedserve::cache
