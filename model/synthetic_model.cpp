@@ -15,18 +15,6 @@ using nlohmann::json;
 using synthetic::FamilyTraits;
 using synthetic::TensorSpec;
 
-const char* torch_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::F16:
-      return "float16";
-    case DType::BF16:
-      return "bfloat16";
-    case DType::F32:
-      break;
-  }
-  return "float32";
-}
-
 void check_stream(const std::ofstream& out, const std::filesystem::path& path) {
   if (!out) throw std::runtime_error(path.string() + ": cannot write");
 }
@@ -202,7 +190,7 @@ json config_json(const SyntheticModelSpec& s) {
             {"max_position_embeddings", s.max_position_embeddings},
             {"bos_token_id", 0},
             {"eos_token_id", 0},
-            {"torch_dtype", torch_dtype(s.dtype)}};
+            {"torch_dtype", torch_dtype_name(s.dtype)}};
   add_family_keys(s, t, c);
   return c;
 }

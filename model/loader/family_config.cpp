@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/cpu/kv_dtype.h"
 #include "model/loader/config_reader.h"
 
 namespace pagedserve::model::detail {
@@ -15,16 +16,8 @@ using Type = RopeScaling::Type;
 
 // Hugging Face multiplies Gemma's embeddings by sqrt(hidden) cast to the model's dtype.
 float round_to_dtype(float value, const std::string& torch_dtype) {
-  const uint32_t bits = std::bit_cast<uint32_t>(value);
-  if (torch_dtype == "bfloat16") {
-    const uint32_t rounded = bits + 0x7fffu + ((bits >> 16) & 1u);
-    return std::bit_cast<float>(rounded & 0xffff0000u);
-  }
-  if (torch_dtype == "float16") {
-    // sqrt(hidden) is a normal half value; keep 11 significant bits, ties to even.
-    const uint32_t rounded = bits + 0xfffu + ((bits >> 13) & 1u);
-    return std::bit_cast<float>(rounded & 0xffffe000u);
-  }
+  if (torch_dtype == "bfloat16") return kernels::bf16_to_f32(kernels::f32_to_bf16(value));
+  if (torch_dtype == "float16") return kernels::f16_to_f32(kernels::f32_to_f16(value));
   return value;
 }
 

@@ -5,16 +5,12 @@
 // ModelError and never an out-of-bounds read or an absurd allocation.
 #include "model/loader/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <limits>
 
+#include "model/loader/mapped_file.h"
 #include "model/loader/model_error.h"
 #include "model/loader/shape_string.h"
 
@@ -306,12 +302,6 @@ std::map<std::string, GgufTensor, std::less<>> parse_tensors(ByteReader& in, uin
   return tensors;
 }
 
-// Closes a file descriptor on every path out of open().
-struct FdGuard {
-  int fd;
-  ~FdGuard() { ::close(fd); }
-};
-
 }  // namespace
 
 std::vector<int64_t> GgufTensor::shape() const { return {ne.rbegin(), ne.rend()}; }
@@ -327,16 +317,8 @@ int64_t GgufTensor::num_elements() const {
 }
 
 std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) fail(path, "file not found");
-    fail(path, std::string("cannot open: ") + std::strerror(errno));
-  }
-  const FdGuard guard{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) fail(path, std::string("cannot stat: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
-  const auto file_bytes = static_cast<uint64_t>(st.st_size);
+  MappedFile mapped = MappedFile::open(path);
+  const auto file_bytes = static_cast<uint64_t>(mapped.size());
   if (file_bytes < kHeaderBytes) {
     fail(path, "file is " + std::to_string(file_bytes) + " bytes, too short for the " +
                    std::to_string(kHeaderBytes) + "-byte GGUF header (truncated?)");
@@ -344,12 +326,8 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
 
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->path_ = path;
-  void* mapping = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (mapping == MAP_FAILED) fail(path, std::string("mmap failed: ") + std::strerror(errno));
-  // From here the destructor unmaps, whichever check below throws.
-  file->mapping_ = mapping;
-  file->mapping_bytes_ = file_bytes;
-  const auto* base = static_cast<const std::byte*>(mapping);
+  file->mapping_ = std::move(mapped);
+  const std::byte* base = file->mapping_.data();
 
   ByteReader in(path, base, file_bytes);
   const std::byte* magic = in.take(4, "magic");
@@ -385,9 +363,7 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
   return file;
 }
 
-GgufFile::~GgufFile() {
-  if (mapping_ != nullptr) ::munmap(mapping_, mapping_bytes_);
-}
+GgufFile::~GgufFile() = default;
 
 const GgufTensor* GgufFile::find_tensor(std::string_view name) const {
   const auto it = tensors_.find(name);

@@ -22,6 +22,7 @@
 #include <variant>
 #include <vector>
 
+#include "model/loader/mapped_file.h"
 #include "model/loader/safetensors.h"
 
 namespace pagedserve::model {
@@ -135,8 +136,7 @@ class GgufFile {
  private:
   GgufFile() = default;
   std::filesystem::path path_;
-  void* mapping_ = nullptr;
-  size_t mapping_bytes_ = 0;
+  MappedFile mapping_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   std::map<std::string, GgufValue, std::less<>> metadata_;

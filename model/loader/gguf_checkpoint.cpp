@@ -231,18 +231,6 @@ void read_token_ids(const GgufFile& file, ModelConfig& c) {
   }
 }
 
-const char* dtype_name_of(DType dtype) {
-  switch (dtype) {
-    case DType::F16:
-      return "float16";
-    case DType::BF16:
-      return "bfloat16";
-    case DType::F32:
-      break;
-  }
-  return "float32";
-}
-
 void open_layer(GgufReader& r, const ModelConfig& c, bool permuted_qk, int i,
                 LlamaLayerTensors& layer) {
   const int64_t hidden = c.hidden_size;
@@ -330,7 +318,7 @@ LlamaCheckpoint open_gguf_checkpoint(const std::filesystem::path& gguf_file) {
   c.vocab_size = static_cast<int>(embed_shape[0]);
   const int64_t hidden = c.hidden_size;
   checkpoint.embed_tokens = r.require("token_embd.weight", {c.vocab_size, hidden});
-  c.torch_dtype = dtype_name_of(checkpoint.embed_tokens->dtype);
+  c.torch_dtype = torch_dtype_name(checkpoint.embed_tokens->dtype);
   // Biases are announced by their tensors in GGUF.
   c.qkv_bias = c.qkv_bias || file.find_tensor("blk.0.attn_q.bias") != nullptr;
   c.o_bias = file.find_tensor("blk.0.attn_output.bias") != nullptr;

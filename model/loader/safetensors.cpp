@@ -4,11 +4,6 @@
 // truncated or hostile file yields a ModelError and never an out-of-bounds read.
 #include "model/loader/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -21,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/loader/json_file.h"
+#include "model/loader/mapped_file.h"
 #include "model/loader/model_error.h"
 #include "model/loader/shape_string.h"
 
@@ -227,13 +223,19 @@ std::vector<ParsedEntry> parse_header(const std::filesystem::path& path, const s
   return entries;
 }
 
-// Closes a file descriptor on every path out of open().
-struct FdGuard {
-  int fd;
-  ~FdGuard() { ::close(fd); }
-};
-
 }  // namespace
+
+const char* torch_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F16:
+      return "float16";
+    case DType::BF16:
+      return "bfloat16";
+    case DType::F32:
+      break;
+  }
+  return "float32";
+}
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
@@ -307,16 +309,8 @@ std::vector<float> to_f32(const TensorView& tensor) {
 }
 
 std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) fail(path, "file not found");
-    fail(path, std::string("cannot open: ") + std::strerror(errno));
-  }
-  const FdGuard guard{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) fail(path, std::string("cannot stat: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
-  const auto file_bytes = static_cast<uint64_t>(st.st_size);
+  MappedFile mapped = MappedFile::open(path);
+  const auto file_bytes = static_cast<uint64_t>(mapped.size());
   if (file_bytes < kHeaderLengthBytes) {
     fail(path, "file is " + std::to_string(file_bytes) +
                    " bytes, too short for the 8-byte header length (truncated?)");
@@ -324,12 +318,8 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
 
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
-  void* mapping = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (mapping == MAP_FAILED) fail(path, std::string("mmap failed: ") + std::strerror(errno));
-  // From here the destructor unmaps, whichever check below throws.
-  file->mapping_ = mapping;
-  file->mapping_bytes_ = file_bytes;
-  const auto* base = static_cast<const std::byte*>(mapping);
+  file->mapping_ = std::move(mapped);
+  const std::byte* base = file->mapping_.data();
 
   for (ParsedEntry& entry : parse_header(path, base, file_bytes)) {
     std::string name = entry.view.name;
@@ -338,8 +328,6 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   return file;
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (mapping_ != nullptr) ::munmap(mapping_, mapping_bytes_);
-}
+SafetensorsFile::~SafetensorsFile() = default;
 
 }  // namespace pagedserve::model

@@ -11,11 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "model/loader/mapped_file.h"
+
 namespace pagedserve::model {
 
 enum class DType { F32, F16, BF16 };
 
 const char* dtype_name(DType dtype);  // "F32", "F16", "BF16"
+// "float32", "float16", "bfloat16": config.json's torch_dtype for weights of that dtype.
+const char* torch_dtype_name(DType dtype);
 size_t dtype_size(DType dtype);
 
 // A tensor inside a mapped file. Valid while its SafetensorsFile/WeightStore lives.
@@ -50,8 +54,7 @@ class SafetensorsFile {
  private:
   SafetensorsFile() = default;
   std::filesystem::path path_;
-  void* mapping_ = nullptr;
-  size_t mapping_bytes_ = 0;
+  MappedFile mapping_;
   std::map<std::string, TensorView> tensors_;
 };
 
