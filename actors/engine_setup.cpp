@@ -166,7 +166,8 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
       checkpoint.gguf ? model::Tokenizer::from_gguf(*checkpoint.gguf)
                       : model::Tokenizer::from_dir(config.model_dir));
   const model::ModelConfig& mc = checkpoint.config;
-  if (config.max_model_len <= 0) config.max_model_len = mc.max_position_embeddings;
+  const bool max_model_len_given = config.max_model_len > 0;
+  if (!max_model_len_given) config.max_model_len = mc.max_position_embeddings;
 
   cache::KvCacheShape shape;
   shape.num_layers = mc.num_hidden_layers;
@@ -193,6 +194,12 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
     setup.executor =
         make_cuda_executor(model::load_llama_weights(config.model_dir), config, num_cpu_blocks);
     config.num_kv_blocks = setup.executor->num_device_blocks();
+  }
+  // Today's models train for 32k-128k tokens; unless asked for, the context is what the pool
+  // holds (as llama.cpp sizes n_ctx to memory) rather than an error on a default setting.
+  if (!max_model_len_given && config.num_kv_blocks > 0) {
+    config.max_model_len = static_cast<int>(
+        std::min<int64_t>(config.max_model_len, int64_t{config.num_kv_blocks} * config.block_size));
   }
   cache::check_max_model_len_fits(shape, config.num_kv_blocks, config.max_model_len);
 

@@ -51,6 +51,23 @@ TEST(LlmEngine, GgufFileServesTheSameStoryAsTheHuggingFaceFolder) {
   expect_all_blocks_free(gguf);
 }
 
+// Models train for long contexts; a default context the pool cannot hold is capped to what it
+// holds, while one the user asked for is still refused with the sizes.
+TEST(LlmEngine, DefaultContextIsCappedToTheKvPool) {
+  EngineConfig config = stories_config();  // max_position_embeddings 512
+  config.num_kv_blocks = 10;               // 160 tokens of 16-token blocks
+  LlmEngine engine(config);
+  EXPECT_EQ(engine.config().max_model_len, 160);
+  config.max_model_len = 512;
+  try {
+    LlmEngine refused(config);
+    ADD_FAILURE() << "an explicit max_model_len the pool cannot hold was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("max_model_len 512 needs 32 KV blocks"), std::string::npos)
+        << e.what();
+  }
+}
+
 std::vector<std::vector<int32_t>> generate_each_alone(const EngineConfig& config, int max_tokens) {
   std::vector<std::vector<int32_t>> outputs;
   for (const std::string& prompt : kPrompts) {
