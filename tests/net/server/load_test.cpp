@@ -96,13 +96,18 @@ void run_load_test(int num_io_threads) {
   EXPECT_EQ(metric_value(metrics.body, "pagedserve_kv_blocks_free"),
             metric_value(metrics.body, "pagedserve_kv_blocks_total"));
   // Every request is counted once by how it ended: those cut off by their client's disconnect
-  // as "abort", the rest as "length".
+  // as "abort", the rest as "length". A leaver is logged 499 whenever its response was cut
+  // short, but when the writer lags the engine by more than the tokens left (a slow io thread:
+  // sanitizer builds), the engine has already finished it as "length" when the disconnect is
+  // seen; so every abort is a 499, not every 499 an abort.
   const auto finished = [&](const std::string& reason) {
     return metric_value(metrics.body,
                         "pagedserve_request_success_total{finish_reason=\"" + reason + "\"}")
         .value_or(-1);
   };
-  EXPECT_EQ(finished("abort"), num_aborted);
+  EXPECT_LE(num_aborted, kNumClients / 3);  // only leavers are cut short
+  EXPECT_LE(finished("abort"), num_aborted);
+  EXPECT_GT(finished("abort"), 0);
   EXPECT_EQ(finished("abort") + finished("length"), kNumClients);
   EXPECT_EQ(http_request(server.port(), "GET", "/health").status, 200);
   EXPECT_EQ(http_request(server.port(), "POST", "/v1/completions",
