@@ -302,6 +302,11 @@ LlamaCheckpoint open_gguf_checkpoint(const std::filesystem::path& gguf_file) {
     throw ModelError(gguf_file.string() + ": unsupported general.architecture '" + arch +
                      "' (pagedserve reads " + supported + ")");
   }
+  if (file.tensors().empty()) {
+    throw ModelError(gguf_file.string() +
+                     ": holds no tensors (a vocabulary-only GGUF file? it can be read by "
+                     "`pagedserve tokenize`, not served)");
+  }
   GgufReader r(checkpoint, file, arch);
   ModelConfig& c = checkpoint.config;
   c.architecture = info->architecture;

@@ -14,6 +14,7 @@
 #include "model/loader/model_error.h"
 #include "model/synthetic_model.h"
 #include "tests/model/loader/loader_test_util.h"
+#include "tests/test_paths.h"
 
 namespace pagedserve::model {
 namespace {
@@ -149,6 +150,19 @@ TEST_F(GgufCheckpointErrors, TruncatedFileIsNamed) {
     std::filesystem::resize_file(bad_, keep);
     SCOPED_TRACE("kept " + std::to_string(keep) + " of " + std::to_string(size) + " bytes");
     EXPECT_FALSE(load_error(bad_).empty());
+  }
+}
+
+// A vocabulary-only file (what `tokenize` reads) is not a model: say so, not "missing tensor".
+TEST(GgufCheckpointVocabularyOnly, IsRefusedAsHoldingNoWeights) {
+  const std::filesystem::path vocab =
+      pagedserve::testing::shared_dir() / "tokenizers" / "gguf" / "ggml-vocab-llama-spm.gguf";
+  try {
+    open_llama_checkpoint(vocab);
+    ADD_FAILURE() << "a vocabulary-only GGUF loaded as a model";
+  } catch (const ModelError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(vocab.string()));
+    EXPECT_THAT(e.what(), HasSubstr("holds no tensors"));
   }
 }
 
