@@ -187,6 +187,10 @@ LlamaModel::LlamaModel(const LlamaCheckpoint& checkpoint, kernels::ThreadPool* p
 void LlamaModel::init_rope() {
   global_rope_ = rope_frequencies(config_, false);
   local_rope_ = rope_frequencies(config_, true);
+  for (const Layer& layer : layers_) {
+    if (!layer.settings.use_rope) continue;
+    (layer.settings.local_rope ? uses_local_rope_ : uses_global_rope_) = true;
+  }
 }
 
 size_t LlamaModel::weight_bytes_per_step() const {
@@ -241,12 +245,6 @@ void LlamaModel::embed(const ForwardBatch& batch, Scratch& s) const {
 void LlamaModel::fill_rope_tables(const ForwardBatch& batch, Scratch& s) const {
   const ModelConfig& c = config_;
   const int rotary = c.rope_dims();
-  bool any_global = false;
-  bool any_local = false;
-  for (const Layer& layer : layers_) {
-    if (!layer.settings.use_rope) continue;
-    (layer.settings.local_rope ? any_local : any_global) = true;
-  }
   const auto fill = [&](const RopeFrequencies& f, std::vector<float>& table) {
     table.resize(static_cast<size_t>(s.num_tokens) * rotary);
     if (f.plain) {
@@ -269,8 +267,8 @@ void LlamaModel::fill_rope_tables(const ForwardBatch& batch, Scratch& s) const {
                                    per_token.empty() ? nullptr : per_token.data(),
                                    f.attention_factor, table.data(), pool_);
   };
-  if (any_global) fill(global_rope_, s.rope_global);
-  if (any_local) fill(local_rope_, s.rope_local);
+  if (uses_global_rope_) fill(global_rope_, s.rope_global);
+  if (uses_local_rope_) fill(local_rope_, s.rope_local);
 }
 
 void LlamaModel::attention_block(int l, const ForwardBatch& batch, PagedKvCache& cache,

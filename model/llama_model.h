@@ -100,6 +100,8 @@ class LlamaModel {
   ModelConfig config_;
   RopeFrequencies global_rope_;
   RopeFrequencies local_rope_;       // Gemma 3's local layers
+  bool uses_global_rope_ = false;    // some layer rotates with global_rope_ (a table per forward)
+  bool uses_local_rope_ = false;     // some layer rotates with local_rope_
   std::vector<float> embed_tokens_;  // [vocab, hidden], float32 (only B rows read per step)
   std::vector<Layer> layers_;
   std::vector<float> final_norm_;  // [hidden]

@@ -7,7 +7,6 @@
 #include <iostream>
 #include <memory>
 
-#include "model/loader/gguf.h"
 #include "model/loader/model_error.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tools/cli_flags.h"

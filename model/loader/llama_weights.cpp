@@ -187,9 +187,9 @@ std::string first_unsupported_feature(const LlamaCheckpoint& checkpoint) {
     return "RoPE scaling";
   }
   if (c.rope_dims() != c.head_dim) return "partial rotary embeddings";
-  if (c.max_window_of_all_layers() > 0) return "sliding-window attention";
   for (const LayerConfig& layer : c.layers) {
-    if (layer.sliding_window > 0 || !layer.use_rope) return "per-layer attention settings";
+    if (layer.sliding_window > 0) return "sliding-window attention";
+    if (!layer.use_rope) return "layers without RoPE";
   }
   return {};
 }
