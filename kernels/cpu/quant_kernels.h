@@ -1,0 +1,98 @@
+// Internals of the quantized kernels (kernels/cpu/quant.h): a block in a format-neutral
+// decoded form, the packed tile layout, the quantized activations and the per-ISA tile hooks.
+// Not for use outside kernels/cpu and its tests.
+//
+// Packed layout. A QuantizedWeight is ceil(n / 16) tiles of kTileCols = 16 output rows
+// (columns of the product), one after another; the last tile is padded with all-zero columns.
+// Every quant is stored unsigned, u = q + offset (Q8_0: +128, Q4_0: +8, Q5_0: +16, Q6_K: +32;
+// Q5_1 and Q4_K/Q5_K are unsigned already), so a VNNI kernel multiplies weights (u8) by
+// activations (s8) with vpdpbusd and folds the offset back with the activations' block sums.
+// A tile of nb blocks is two regions, each a multiple of 64 bytes:
+//   A (scales): for each block, f16 d[16] then, for Q5_1 / Q4_K / Q5_K, f16 m[16] (the min,
+//     dmin for the K types): ggml's f16 bits, widened exactly (vcvtph2ps) by the kernels, so
+//     the tile holds no more bytes than ggml's rows. Padded with zeros to 64 bytes.
+//   B (quants): for each block,
+//     K types only: the sub-block scales unpacked to one byte each, column-minor:
+//       Q4_K/Q5_K: u8 sc[8][16] then u8 min[8][16]; Q6_K: s8 sc[16][16]   (256 bytes)
+//     then for each 32-element chunk of the block (1 or 8 chunks):
+//       Q5_0/Q5_1/Q5_K: the fifth bits, 64 bytes; Q6_K: bits 4-5, 128 bytes (see below)
+//       Q8_0: 512 bytes; the others: 256 bytes of low nibbles.
+// Within a chunk, "vector g" (g = 0..7) is 64 bytes in which byte 4c + i is u[column c][4g+i]:
+// a zmm of 16 int32 lanes, one column a lane, each lane four consecutive k (the operand order
+// of vpdpbusd against a broadcast 4-byte activation group). Q8_0 stores vectors 0..7 as they
+// are. Nibble types store 4 vectors: vector v's low nibbles are vector g = v, its high nibbles
+// g = v + 4. Fifth bits: byte 4c + i has, in bit g, bit 4 of u[c][4g+i]. Q6_K bits 4-5:
+// vector h = 0, 1, byte 4c + i has, in bits 2j..2j+1, bits 4-5 of u[c][4(4h+j)+i].
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/quant.h"
+
+namespace pagedserve::kernels::detail {
+
+constexpr int kTileCols = 16;
+
+// One block of any type in a neutral form: f16 scale bits, unpacked sub-block scales and the
+// unsigned quants (u - quant_offset(type) is ggml's signed quant where there is one).
+struct DecodedBlock {
+  uint16_t d = 0;      // f16 bits of d
+  uint16_t m = 0;      // f16 bits of m (Q5_1) or dmin (Q4_K, Q5_K)
+  int8_t sc[16] = {};  // Q4_K/Q5_K: 8 six-bit scales; Q6_K: 16 signed scales
+  uint8_t mn[8] = {};  // Q4_K/Q5_K: 8 six-bit minima
+  uint8_t u[256] = {};
+};
+
+int quant_offset(QuantType type);    // 128, 8, 16, 0, 0, 0, 32
+bool quant_has_min(QuantType type);  // Q5_1, Q4_K, Q5_K
+int quant_bits(QuantType type);      // 8, 4, 5, 5, 4, 5, 6
+// ggml block bytes <-> DecodedBlock (unaligned input is fine).
+void decode_block(QuantType type, const std::byte* src, DecodedBlock& out);
+void encode_block(QuantType type, const DecodedBlock& in, std::byte* dst);
+// The block's values, with exactly ggml's float operations.
+void dequantize_decoded(QuantType type, const DecodedBlock& block, float* dst);
+
+// ---- Tile layout ----------------------------------------------------------------------------
+struct TileLayout {
+  int blocks = 0;          // nb = k / block elements
+  size_t scale_bytes = 0;  // region A, padded to 64
+  size_t block_bytes = 0;  // region B bytes per block
+  size_t tile_bytes = 0;   // scale_bytes + blocks * block_bytes
+};
+TileLayout tile_layout(QuantType type, int k);
+// Writes block `b` of column `col` (0..15) into a tile; reads it back.
+void pack_tile_block(QuantType type, const TileLayout& layout, const DecodedBlock& block, int b,
+                     int col, std::byte* tile);
+void unpack_tile_block(QuantType type, const TileLayout& layout, const std::byte* tile, int b,
+                       int col, DecodedBlock& out);
+
+// ---- Quantized activations ----------------------------------------------------------------
+// Each row of x is cut into blocks of `block` (32, or 256 for the K types) values:
+//   amax = max |x|, d = amax / 127, q = nearbyint(x * (amax != 0 ? 127 / amax : 0))
+// in float32 with round-to-nearest-even (so |q| <= 127; a SIMD path computes the same bits
+// with vmaxps / vdivps / vmulps / vcvtps2dq). sums[j] is the sum of q over values 16j..16j+15.
+struct QuantizedActs {
+  int m = 0;
+  int k = 0;
+  int block = 32;
+  const int8_t* q = nullptr;      // [m, k]
+  const float* d = nullptr;       // [m, k / block]
+  const int32_t* sums = nullptr;  // [m, k / 16]
+};
+// Bytes of scratch quantize_activations needs, and the quantization into it (64-aligned).
+size_t activation_scratch_bytes(int m, int k, int block);
+QuantizedActs quantize_activations(const float* x, int m, int k, int block, std::byte* scratch);
+
+// ---- Per-ISA kernels, for matmul_quantized ------------------------------------------------------
+// Computes columns 16*tile .. 16*tile+15 (clipped to n) of all m rows:
+// out[r * ldo + c] = sum over blocks b, ascending, of the block's contribution (quant_matmul.cpp
+// spells out the float operations, which every ISA must reproduce).
+using QuantTileFn = void (*)(const QuantizedActs& x, const QuantizedWeight& w, float* out, int ldo,
+                             int tile);
+void quant_tile_portable(const QuantizedActs& x, const QuantizedWeight& w, float* out, int ldo,
+                         int tile);
+// The kernel matmul_quantized runs for `isa` (every ISA runs the portable kernel for now).
+QuantTileFn quant_tile_fn(QuantType type, Isa isa);
+
+}  // namespace pagedserve::kernels::detail
