@@ -1,0 +1,256 @@
+// matmul_quantized against (1) the documented per-block float contract, recomputed here from
+// ggml's block layout (bit for bit, for every m, row position, thread count and ISA), (2) a
+// double product of the dequantized weights with the exactly reproduced quantized activations,
+// and (3) the float product of the unquantized inputs with a tolerance from the formats.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/thread_pool.h"
+#include "tests/kernels/quant_test_util.h"
+
+namespace pagedserve::kernels {
+namespace {
+
+using testing::kAllQuantTypes;
+using testing::parse_block;
+using testing::RefActs;
+using testing::RefBlock;
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa_supported(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+// The contract of quant_matmul.cpp for one output, in ggml's signed terms.
+float contract_output(QuantType type, const uint8_t* row, int k, const RefActs& a) {
+  const int n = quant_block_elements(type);
+  float acc = 0.0f;
+  for (int b = 0; b < k / n; ++b) {
+    const RefBlock w = parse_block(type, row + b * quant_block_bytes(type));
+    const int* q = &a.q[b * n];
+    const float ad = a.d[b];
+    const int groups = type == QuantType::kQ6_K ? 16 : n / 32;
+    const int size = n / groups;
+    int32_t i = 0, sum_min = 0, sum_a = 0;
+    for (int g = 0; g < groups; ++g) {
+      int32_t dot = 0, s = 0;
+      for (int l = g * size; l < (g + 1) * size; ++l) {
+        dot += w.q[l] * q[l];
+        s += q[l];
+      }
+      const bool k_type = testing::is_k_quant(type);
+      i += k_type ? w.sc[g] * dot : dot;
+      if (k_type && type != QuantType::kQ6_K) sum_min += w.mn[g] * s;
+      sum_a += s;
+    }
+    acc = std::fma(w.d * ad, static_cast<float>(i), acc);
+    if (type == QuantType::kQ5_1) acc = std::fma(w.m * ad, static_cast<float>(sum_a), acc);
+    if (type == QuantType::kQ4_K || type == QuantType::kQ5_K) {
+      acc = std::fma(-(w.m * ad), static_cast<float>(sum_min), acc);
+    }
+  }
+  return acc;
+}
+
+// Activation rows with magnitudes from 2^-8 to 2^8 and a few outliers and zero blocks.
+std::vector<float> random_activations(std::mt19937& rng, int m, int k) {
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(m) * k);
+  for (int r = 0; r < m; ++r) {
+    const float scale = std::ldexp(1.0f, r % 17 - 8);
+    for (int i = 0; i < k; ++i) x[r * k + i] = scale * uniform(rng);
+    if (r % 5 == 1) x[r * k + (r * 7) % k] = 100.0f * scale;
+    if (r % 7 == 2) std::fill(x.begin() + r * k, x.begin() + r * k + 32, 0.0f);
+  }
+  return x;
+}
+
+struct Case {
+  std::vector<uint8_t> bytes;  // ggml rows
+  std::vector<float> floats;   // what was quantized (empty for random blocks)
+  QuantizedWeight w;
+};
+
+Case quantized_case(std::mt19937& rng, QuantType type, int n, int k) {
+  Case c;
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  c.floats.resize(static_cast<size_t>(n) * k);
+  for (float& v : c.floats) v = normal(rng);
+  c.bytes.resize(n * quant_row_bytes(type, k));
+  for (int r = 0; r < n; ++r) {
+    quantize_row(type, &c.floats[r * k], &c.bytes[r * quant_row_bytes(type, k)], k);
+  }
+  c.w = QuantizedWeight::quantize(c.floats.data(), type, n, k);
+  return c;
+}
+
+// (d) Every row, in every batch size, position, thread split and ISA, gives exactly the
+// contract's bits; random ggml blocks and quantized floats alike.
+TEST(QuantMatmulTest, BitExactContractAcrossBatchThreadsAndIsa) {
+  std::mt19937 rng(10);
+  const int n = 37, rows = 64;
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+  for (int t : {1, 2, 3}) pools.push_back(std::make_unique<ThreadPool>(t, 0.0));
+  for (QuantType type : kAllQuantTypes) {
+    SCOPED_TRACE(quant_type_name(type));
+    const int k = 512;
+    const std::vector<float> x = random_activations(rng, rows, k);
+    for (bool random_bytes : {true, false}) {
+      Case c = quantized_case(rng, type, n, k);
+      if (random_bytes) {
+        c.bytes = testing::random_blocks(rng, type, n * k / quant_block_elements(type));
+        c.w = QuantizedWeight::pack(c.bytes.data(), type, n, k);
+      }
+      std::vector<float> expected(rows * n);
+      for (int r = 0; r < rows; ++r) {
+        const RefActs a =
+            testing::ref_quantize_activations(&x[r * k], k, quant_block_elements(type));
+        for (int col = 0; col < n; ++col) {
+          expected[r * n + col] =
+              contract_output(type, &c.bytes[col * quant_row_bytes(type, k)], k, a);
+        }
+      }
+      for (Isa isa : supported_isas()) {
+        for (int m : {1, 3, 17, 64}) {
+          for (int start : {0, rows - m, (rows - m) / 2}) {
+            for (int p = -1; p < 3; ++p) {
+              ThreadPool* pool = p < 0 ? nullptr : pools[p].get();
+              std::vector<float> out(m * n);
+              matmul_quantized(&x[start * k], c.w, out.data(), m, n, pool, isa);
+              ASSERT_EQ(std::memcmp(out.data(), &expected[start * n], out.size() * 4), 0)
+                  << "isa " << isa_name(isa) << " m " << m << " start " << start << " pool " << p
+                  << " random " << random_bytes;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// (c) Against double products: of the dequantized weights with the exactly reproduced
+// activations (only float accumulation separates them), and of the original floats (the
+// formats' rounding: the activations' half step plus the weights' measured error).
+TEST(QuantMatmulTest, MatchesDoubleProducts) {
+  std::mt19937 rng(11);
+  const int m = 9, n = 50;
+  for (QuantType type : kAllQuantTypes) {
+    SCOPED_TRACE(quant_type_name(type));
+    const int block = quant_block_elements(type);
+    const int k = testing::is_k_quant(type) ? 1024 : 352;
+    const std::vector<float> x = random_activations(rng, m, k);
+    const Case c = quantized_case(rng, type, n, k);
+    std::vector<float> out(m * n);
+    matmul_quantized(x.data(), c.w, out.data(), m, n);
+    const std::vector<float> w = testing::ref_dequantize_row(type, c.bytes);
+    std::vector<double> min_terms(static_cast<size_t>(n) * k);  // |the min's part| of each w
+    for (int col = 0; col < n; ++col) {
+      for (int b = 0; b < k / block; ++b) {
+        const RefBlock wb = parse_block(
+            type, &c.bytes[col * quant_row_bytes(type, k) + b * quant_block_bytes(type)]);
+        for (int i = 0; i < block; ++i) {
+          double term = type == QuantType::kQ5_1 ? std::fabs(wb.m) : 0.0;
+          if (type == QuantType::kQ4_K || type == QuantType::kQ5_K) {
+            term = static_cast<double>(wb.m) * wb.mn[i / 32];
+          }
+          min_terms[col * k + b * block + i] = term;
+        }
+      }
+    }
+    for (int r = 0; r < m; ++r) {
+      const RefActs a = testing::ref_quantize_activations(&x[r * k], k, block);
+      for (int col = 0; col < n; ++col) {
+        const float* wrow = &w[col * k];
+        const float* frow = &c.floats[col * k];
+        double quantized = 0, magnitude = 0, exact = 0, bound = 0;
+        for (int i = 0; i < k; ++i) {
+          const double min_term = min_terms[col * k + i];
+          const double ad = a.d[i / block];
+          const double aq = ad * a.q[i];
+          quantized += wrow[i] * aq;
+          magnitude += std::fabs(aq) * (std::fabs(wrow[i]) + min_term);
+          exact += static_cast<double>(x[r * k + i]) * frow[i];
+          bound += ad / 2 * (1 + 0x1p-12) * std::fabs(wrow[i]) +
+                   std::fabs(x[r * k + i]) * std::fabs(static_cast<double>(wrow[i]) - frow[i]);
+        }
+        const double float_tol = (k / block + 4) * 0x1p-23 * magnitude + 1e-30;
+        const double got = out[r * n + col];
+        ASSERT_NEAR(got, quantized, float_tol) << "row " << r << " col " << col;
+        ASSERT_NEAR(got, exact, bound + float_tol) << "row " << r << " col " << col;
+      }
+    }
+  }
+}
+
+// (e) ldo > n writes only the first n columns of each of the m rows; m = 0 writes nothing;
+// n of 1, 15, 16, 17 and 33 (partial tiles); one block per row; an empty weight.
+TEST(QuantMatmulTest, OddShapesAndStridedOutput) {
+  std::mt19937 rng(12);
+  const float sentinel = -12345.0f;
+  for (QuantType type : kAllQuantTypes) {
+    SCOPED_TRACE(quant_type_name(type));
+    const int block = quant_block_elements(type);
+    for (int n : {1, 15, 16, 17, 33}) {
+      for (int k : {block, 3 * block}) {
+        const int m = 5, ldo = n + 7;
+        const Case c = quantized_case(rng, type, n, k);
+        const std::vector<float> x = random_activations(rng, m, k);
+        std::vector<float> out((m + 1) * ldo, sentinel);
+        matmul_quantized(x.data(), c.w, out.data(), m, ldo);
+        for (int r = 0; r <= m; ++r) {
+          const RefActs a =
+              r < m ? testing::ref_quantize_activations(&x[r * k], k, block) : RefActs{};
+          for (int col = 0; col < ldo; ++col) {
+            const float got = out[r * ldo + col];
+            if (r == m || col >= n) {
+              ASSERT_EQ(got, sentinel) << "row " << r << " col " << col;
+              continue;
+            }
+            const float want =
+                contract_output(type, &c.bytes[col * quant_row_bytes(type, k)], k, a);
+            ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << "n " << n << " k " << k;
+          }
+        }
+        std::vector<float> untouched(4, sentinel);
+        matmul_quantized(nullptr, c.w, untouched.data(), 0, ldo);
+        matmul_quantized(x.data(), c.w, nullptr, 0, ldo);
+        EXPECT_EQ(untouched, std::vector<float>(4, sentinel));
+      }
+    }
+    const QuantizedWeight empty = QuantizedWeight::pack(nullptr, type, 0, block);
+    EXPECT_EQ(empty.rows(), 0);
+    std::vector<float> x(block, 1.0f);
+    matmul_quantized(x.data(), empty, nullptr, 1, 0);
+  }
+}
+
+// quantize() is quantize_row + pack(); the packed weight reports its shape and ggml size.
+TEST(QuantMatmulTest, QuantizeEqualsQuantizeRowThenPack) {
+  std::mt19937 rng(13);
+  for (QuantType type : kAllQuantTypes) {
+    const int n = 20, k = 2 * quant_block_elements(type);
+    const Case c = quantized_case(rng, type, n, k);
+    QuantizedWeight packed = QuantizedWeight::pack(c.bytes.data(), type, n, k);
+    EXPECT_EQ(c.w.rows(), n);
+    EXPECT_EQ(c.w.cols(), k);
+    EXPECT_EQ(c.w.type(), type);
+    EXPECT_EQ(c.w.weight_bytes(), c.bytes.size());
+    ASSERT_EQ(packed.storage_bytes(), c.w.storage_bytes());
+    EXPECT_EQ(std::memcmp(packed.data(), c.w.data(), packed.storage_bytes()), 0)
+        << quant_type_name(type);
+    QuantizedWeight moved = std::move(packed);
+    EXPECT_EQ(moved.rows(), n);
+  }
+}
+
+}  // namespace
+}  // namespace pagedserve::kernels
