@@ -22,9 +22,9 @@ CpuExecutor::CpuExecutor(const model::LlamaWeights& weights, int block_size, int
 
 CpuExecutor::CpuExecutor(const model::LlamaCheckpoint& checkpoint, int block_size,
                          int num_device_blocks, int num_cpu_blocks, int num_threads,
-                         kernels::KvDtype kv_dtype)
+                         kernels::KvDtype kv_dtype, const model::WeightFormat& format)
     : pool_(std::make_unique<kernels::ThreadPool>(num_threads)),
-      model_(checkpoint, pool_.get()),
+      model_(checkpoint, pool_.get(), kernels::best_isa(), format),
       device_cache_(model_.config().num_hidden_layers, num_device_blocks, block_size,
                     model_.config().num_key_value_heads, model_.config().head_dim, kv_dtype),
       cpu_cache_(model_.config().num_hidden_layers, num_cpu_blocks, block_size,

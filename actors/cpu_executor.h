@@ -19,10 +19,13 @@ class CpuExecutor final : public Executor {
   CpuExecutor(const model::LlamaWeights& weights, int block_size, int num_device_blocks,
               int num_cpu_blocks, int num_threads = 1,
               kernels::KvDtype kv_dtype = kernels::KvDtype::kFloat32);
-  // Packs straight from the checkpoint (16-bit weights stay 16-bit); see LlamaModel.
+  // Packs straight from the checkpoint (16-bit weights stay 16-bit, quantized ones quantized,
+  // float ones quantized when format asks); see LlamaModel.
   CpuExecutor(const model::LlamaCheckpoint& checkpoint, int block_size, int num_device_blocks,
               int num_cpu_blocks, int num_threads = 1,
-              kernels::KvDtype kv_dtype = kernels::KvDtype::kFloat32);
+              kernels::KvDtype kv_dtype = kernels::KvDtype::kFloat32,
+              const model::WeightFormat& format = {});
+  const model::LlamaModel& model() const { return model_; }
 
   StepOutput execute(const StepInput& input) override;
   const model::ModelConfig& model_config() const override { return model_.config(); }

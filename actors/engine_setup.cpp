@@ -8,6 +8,7 @@
 #include "actors/cpu_executor.h"
 #include "actors/sim_executor.h"
 #include "cache/kv_cache_sizing.h"
+#include "kernels/cpu/quant.h"
 #include "model/loader/gguf.h"
 #include "model/loader/llama_weights.h"
 #ifdef PAGEDSERVE_HAVE_CUDA
@@ -158,6 +159,11 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
   if (config.device == "sim") return set_up_sim_engine(std::move(setup));
   config.device = resolve_device(config.device);
   const bool cuda = config.device == "cuda";
+  const model::WeightFormat weight_format = resolve_weight_format(config.quantization);
+  if (cuda && weight_format.quantization) {
+    throw std::invalid_argument("--quantization " + config.quantization +
+                                " runs on the CPU executor only (use --device cpu)");
+  }
 
   // The CPU executor packs straight from the mapped checkpoint (16-bit weights stay 16-bit);
   // the CUDA one takes float weights and converts them on the device.
@@ -209,11 +215,19 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
                    cuda ? 0 : mc.max_window_of_all_layers());
 
   if (!cuda) {
-    setup.executor =
-        std::make_unique<CpuExecutor>(checkpoint, config.block_size, config.num_kv_blocks,
-                                      num_cpu_blocks, config.num_threads, cpu_kv_dtype);
+    setup.executor = std::make_unique<CpuExecutor>(checkpoint, config.block_size,
+                                                   config.num_kv_blocks, num_cpu_blocks,
+                                                   config.num_threads, cpu_kv_dtype, weight_format);
   }
   return setup;
+}
+
+model::WeightFormat resolve_weight_format(const std::string& quantization) {
+  if (quantization.empty() || quantization == "none") return {};
+  if (const auto type = kernels::parse_quant_type(quantization)) return {*type};
+  throw std::invalid_argument(
+      "--quantization must be none, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k or q6_k, got '" +
+      quantization + "'");
 }
 
 std::string check_request(std::span<const int32_t> prompt_token_ids,

@@ -14,6 +14,7 @@
 #include "actors/scheduler.h"
 #include "cache/block_manager.h"
 #include "kernels/cpu/kv_dtype.h"
+#include "model/linear_weight.h"
 #include "model/sampling_params.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -52,6 +53,10 @@ struct EngineConfig {
   // KV cache: auto (= the weights'), float32, float16, bfloat16, or fp8 (CUDA only). On the CPU,
   // auto is the checkpoint's torch_dtype, and set_up_engine writes the resolved name back.
   std::string kv_cache_dtype = "auto";
+  // CPU only: quantize the float (F32/F16/BF16) matrices at load, as vLLM's online
+  // quantization: "" or "none" (keep them), q8_0, q4_0, q4_k (or any kernels::QuantType name).
+  // Matrices a GGUF file already holds quantized stay as they are.
+  std::string quantization;
   // Models whose every layer has a sliding window (Mistral, Phi-3 mini): give a running
   // sequence's KV blocks back once no layer's window reaches them (BlockManager's sliding
   // window), so a long generation holds about window / block_size + 2 blocks. CPU executor only
@@ -82,6 +87,10 @@ std::string resolve_device(const std::string& device);
 // unknown names.
 kernels::KvDtype resolve_cpu_kv_dtype(const std::string& kv_cache_dtype,
                                       const std::string& torch_dtype);
+
+// The CPU weight format for a --quantization value ("" and "none": as stored). Throws
+// std::invalid_argument naming the value and the choices.
+model::WeightFormat resolve_weight_format(const std::string& quantization);
 
 // Empty when the engine can take the request, else the reason (empty prompt, ids outside the
 // vocabulary, too long for max_model_len, invalid sampling, more sequences than max_num_seqs).

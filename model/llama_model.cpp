@@ -6,6 +6,7 @@
 #include <cassert>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "kernels/cpu/kernels.h"
@@ -49,59 +50,29 @@ void ForwardBatch::add_sequence(const std::vector<int32_t>& new_tokens, int num_
 
 namespace {
 
-kernels::WeightDtype weight_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::F16:
-      return kernels::WeightDtype::kF16;
-    case DType::BF16:
-      return kernels::WeightDtype::kBF16;
-    case DType::F32:
-      break;
-  }
-  return kernels::WeightDtype::kF32;
-}
-
 // Packs float32 matrices of equal width stacked by rows (e.g. q, k and v: one matmul).
-kernels::PackedWeight pack_stacked(std::initializer_list<const std::vector<float>*> parts,
-                                   int cols) {
+LinearWeight pack_stacked(std::initializer_list<const std::vector<float>*> parts, int cols) {
   if (parts.size() == 1) {  // wo, w_down, the LM head: no temporary copy of the matrix
     const std::vector<float>& only = **parts.begin();
     const int rows = static_cast<int>(only.size() / static_cast<size_t>(cols));
-    return kernels::PackedWeight::pack(only.data(), kernels::WeightDtype::kF32, rows, cols);
+    return LinearWeight(
+        kernels::PackedWeight::pack(only.data(), kernels::WeightDtype::kF32, rows, cols));
   }
   std::vector<float> stacked;
   for (const std::vector<float>* part : parts)
     stacked.insert(stacked.end(), part->begin(), part->end());
   const int rows = static_cast<int>(stacked.size() / static_cast<size_t>(cols));
-  return kernels::PackedWeight::pack(stacked.data(), kernels::WeightDtype::kF32, rows, cols);
+  return LinearWeight(
+      kernels::PackedWeight::pack(stacked.data(), kernels::WeightDtype::kF32, rows, cols));
 }
 
-// The same from checkpoint views, in their own dtype. Views of different dtypes are widened to
-// float32 (a checkpoint mixing dtypes within one layer is legal, if unusual).
-kernels::PackedWeight pack_stacked(std::initializer_list<const TensorView*> parts) {
-  const TensorView& first = **parts.begin();
-  const int cols = static_cast<int>(first.shape[1]);
-  bool same_dtype = true;
-  int rows = 0;
-  for (const TensorView* part : parts) {
-    same_dtype = same_dtype && part->dtype == first.dtype;
-    rows += static_cast<int>(part->shape[0]);
-  }
-  if (parts.size() == 1) {
-    return kernels::PackedWeight::pack(first.data, weight_dtype(first.dtype), rows, cols);
-  }
-  if (!same_dtype) {
-    std::vector<float> stacked;
-    for (const TensorView* part : parts) {
-      const std::vector<float> values = to_f32(*part);
-      stacked.insert(stacked.end(), values.begin(), values.end());
-    }
-    return kernels::PackedWeight::pack(stacked.data(), kernels::WeightDtype::kF32, rows, cols);
-  }
-  std::vector<std::byte> stacked;
-  for (const TensorView* part : parts)
-    stacked.insert(stacked.end(), part->data, part->data + part->num_bytes);
-  return kernels::PackedWeight::pack(stacked.data(), weight_dtype(first.dtype), rows, cols);
+// The LM head's format under online quantization: llama.cpp's Q4_K_M keeps it in Q6_K, the
+// 8-bit types keep their own (it is the largest matrix, and the logits' accuracy shows most).
+WeightFormat lm_head_format(const WeightFormat& format) {
+  if (!format.quantization) return format;
+  using kernels::QuantType;
+  const QuantType wanted = *format.quantization;
+  return {wanted == QuantType::kQ8_0 || wanted == QuantType::kQ6_K ? wanted : QuantType::kQ6_K};
 }
 
 }  // namespace
@@ -137,7 +108,7 @@ LayerConfig layer_settings(const ModelConfig& c, size_t l) {
 
 LlamaModel::LlamaModel(const LlamaWeights& w, kernels::ThreadPool* pool, kernels::Isa isa)
     : config_(w.config),
-      embed_tokens_(w.embed_tokens),
+      embed_tokens_(w.embed_tokens, w.config.hidden_size),
       final_norm_(w.final_norm),
       pool_(pool),
       isa_(isa) {
@@ -157,10 +128,10 @@ LlamaModel::LlamaModel(const LlamaWeights& w, kernels::ThreadPool* pool, kernels
 }
 
 LlamaModel::LlamaModel(const LlamaCheckpoint& checkpoint, kernels::ThreadPool* pool,
-                       kernels::Isa isa)
+                       kernels::Isa isa, const WeightFormat& format)
     : config_(checkpoint.config), pool_(pool), isa_(isa) {
   const float offset = config_.norm_weight_offset;
-  embed_tokens_ = to_f32(*checkpoint.embed_tokens);
+  embed_tokens_ = EmbeddingTable::from_view(*checkpoint.embed_tokens);
   final_norm_ = norm_weights(checkpoint.final_norm, offset);
   for (const LlamaLayerTensors& t : checkpoint.layers) {
     Layer& layer = layers_.emplace_back();
@@ -174,13 +145,15 @@ LlamaModel::LlamaModel(const LlamaCheckpoint& checkpoint, kernels::ThreadPool* p
     layer.o_bias = stacked_bias({t.o_bias});
     layer.gate_up_bias = stacked_bias({t.gate_bias, t.up_bias});
     layer.down_bias = stacked_bias({t.down_bias});
-    layer.wqkv = t.wqkv ? pack_stacked({t.wqkv}) : pack_stacked({t.wq, t.wk, t.wv});
-    layer.wo = pack_stacked({t.wo});
-    layer.w_gate_up = t.w_gate_up ? pack_stacked({t.w_gate_up}) : pack_stacked({t.w_gate, t.w_up});
-    layer.w_down = pack_stacked({t.w_down});
+    layer.wqkv = t.wqkv ? LinearWeight::from_views({t.wqkv}, format)
+                        : LinearWeight::from_views({t.wq, t.wk, t.wv}, format);
+    layer.wo = LinearWeight::from_views({t.wo}, format);
+    layer.w_gate_up = t.w_gate_up ? LinearWeight::from_views({t.w_gate_up}, format)
+                                  : LinearWeight::from_views({t.w_gate, t.w_up}, format);
+    layer.w_down = LinearWeight::from_views({t.w_down}, format);
     layer.settings = layer_settings(config_, layers_.size() - 1);
   }
-  lm_head_ = pack_stacked({&checkpoint.output_projection()});
+  lm_head_ = LinearWeight::from_views({&checkpoint.output_projection()}, lm_head_format(format));
   init_rope();
 }
 
@@ -201,6 +174,25 @@ size_t LlamaModel::weight_bytes_per_step() const {
              (layer.input_norm.size() + layer.post_norm.size()) * sizeof(float);
   }
   return bytes;
+}
+
+std::string LlamaModel::weight_format_summary() const {
+  std::vector<std::string> layer_types;
+  for (const Layer& layer : layers_) {
+    for (const LinearWeight* w : {&layer.wqkv, &layer.wo, &layer.w_gate_up, &layer.w_down}) {
+      for (const std::string& type : w->format_names()) {
+        if (std::find(layer_types.begin(), layer_types.end(), type) == layer_types.end()) {
+          layer_types.push_back(type);
+        }
+      }
+    }
+  }
+  const auto join = [](const std::vector<std::string>& names) {
+    std::string joined;
+    for (const std::string& name : names) joined += (joined.empty() ? "" : "+") + name;
+    return joined;
+  };
+  return "layers " + join(layer_types) + ", LM head " + join(lm_head_.format_names());
 }
 
 std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& cache) const {
@@ -233,7 +225,7 @@ void LlamaModel::embed(const ForwardBatch& batch, Scratch& s) const {
                               std::to_string(c.vocab_size));
     }
     float* row = s.x.data() + static_cast<size_t>(t) * hidden;
-    std::copy_n(embed_tokens_.begin() + static_cast<size_t>(id) * hidden, hidden, row);
+    embed_tokens_.row(id, row);
     if (c.embedding_multiplier != 1.0f) {
       for (int i = 0; i < hidden; ++i) row[i] *= c.embedding_multiplier;
     }
@@ -280,7 +272,7 @@ void LlamaModel::attention_block(int l, const ForwardBatch& batch, PagedKvCache&
   const int q_width = c.num_attention_heads * head_dim;
   const int kv_width = c.num_key_value_heads * head_dim;
   const int qkv_width = q_width + 2 * kv_width;
-  kernels::matmul_packed(s.h.data(), w.wqkv, s.qkv.data(), n, pool_, isa_);
+  w.wqkv.forward(s.h.data(), s.qkv.data(), n, pool_, isa_);
   if (!w.qkv_bias.empty()) kernels::add_bias(s.qkv.data(), w.qkv_bias.data(), n, qkv_width);
   // Split the stacked projection into the contiguous q, k and v the kernels below expect.
   for (int t = 0; t < n; ++t) {
@@ -315,7 +307,7 @@ void LlamaModel::attention_block(int l, const ForwardBatch& batch, PagedKvCache&
   s.attention.kv_dtype = layer_cache.dtype;
   s.attention.sliding_window = w.settings.sliding_window;
   kernels::paged_attention(s.attention, pool_, isa_);
-  kernels::matmul_packed(s.attn.data(), w.wo, s.proj.data(), n, pool_, isa_);
+  w.wo.forward(s.attn.data(), s.proj.data(), n, pool_, isa_);
   if (!w.o_bias.empty()) kernels::add_bias(s.proj.data(), w.o_bias.data(), n, c.hidden_size);
   if (!w.post_attention_norm.empty()) {
     kernels::rms_norm(s.proj.data(), w.post_attention_norm.data(), s.proj.data(), n, c.hidden_size,
@@ -330,7 +322,7 @@ void LlamaModel::mlp_block(int l, Scratch& s) const {
   const Layer& w = layers_[l];
   const int n = s.num_tokens;
   const int ffn = c.intermediate_size;
-  kernels::matmul_packed(s.h.data(), w.w_gate_up, s.gate_up.data(), n, pool_, isa_);
+  w.w_gate_up.forward(s.h.data(), s.gate_up.data(), n, pool_, isa_);
   if (!w.gate_up_bias.empty()) {
     // gate_up holds [gate | up] per row, as the bias does.
     kernels::add_bias(s.gate_up.data(), w.gate_up_bias.data(), n, 2 * ffn);
@@ -340,7 +332,7 @@ void LlamaModel::mlp_block(int l, Scratch& s) const {
   } else {
     kernels::silu_and_mul_stacked(s.gate_up.data(), s.act.data(), n, ffn, pool_, isa_);
   }
-  kernels::matmul_packed(s.act.data(), w.w_down, s.proj.data(), n, pool_, isa_);
+  w.w_down.forward(s.act.data(), s.proj.data(), n, pool_, isa_);
   if (!w.down_bias.empty()) kernels::add_bias(s.proj.data(), w.down_bias.data(), n, c.hidden_size);
   if (!w.post_mlp_norm.empty()) {
     kernels::rms_norm(s.proj.data(), w.post_mlp_norm.data(), s.proj.data(), n, c.hidden_size,
@@ -420,7 +412,7 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCac
                     c.rms_norm_eps);
   const size_t logits_size = static_cast<size_t>(num_out) * c.vocab_size;
   if (logits_buffer.size() < logits_size) logits_buffer.resize(logits_size);
-  kernels::matmul_packed(selected.data(), lm_head_, logits_buffer.data(), num_out, pool_, isa_);
+  lm_head_.forward(selected.data(), logits_buffer.data(), num_out, pool_, isa_);
   if (c.final_logit_softcap > 0.0f) {
     kernels::soft_cap(logits_buffer.data(), static_cast<int64_t>(logits_size),
                       c.final_logit_softcap, pool_, isa_);

@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/packed_matmul.h"
 #include "kernels/cpu/thread_pool.h"
+#include "model/linear_weight.h"
 #include "model/loader/llama_weights.h"
 #include "model/paged_kv_cache.h"
 #include "model/rope_frequencies.h"
@@ -49,15 +50,21 @@ class LlamaModel {
   explicit LlamaModel(const LlamaWeights& weights, kernels::ThreadPool* pool = nullptr,
                       kernels::Isa isa = kernels::best_isa());
   // Packs straight from the checkpoint's views, keeping F16 and BF16 matrices 16-bit in memory
-  // (widened in registers by the kernels), so decode reads half the bytes of float32.
+  // (widened in registers by the kernels), so decode reads half the bytes of float32, and
+  // quantized GGUF matrices quantized. format.quantization quantizes the float matrices at load
+  // (the LM head to Q6_K for the 4-bit types, as llama.cpp's Q4_K_M files hold it; the
+  // embedding table stays as stored).
   explicit LlamaModel(const LlamaCheckpoint& checkpoint, kernels::ThreadPool* pool = nullptr,
-                      kernels::Isa isa = kernels::best_isa());
+                      kernels::Isa isa = kernels::best_isa(), const WeightFormat& format = {});
 
   const ModelConfig& config() const { return config_; }
   kernels::Isa isa() const { return isa_; }
   // Bytes of the matrices and norms one forward pass reads in full (every layer and the LM
-  // head), the weight traffic of a decode step; the embedding rows read are not included.
+  // head, quantized ones at their quantized size), the weight traffic of a decode step; the
+  // embedding rows read are not included.
   size_t weight_bytes_per_step() const;
+  // The formats of the layers' matrices and the LM head, e.g. "Q4_K+Q6_K, LM head Q6_K".
+  std::string weight_format_summary() const;
 
   // Runs the batch, writing its new K/V into `cache`, and returns the logits of the rows in
   // batch.logits_indices: [logits_indices.size(), vocab_size]. A row's values depend only on
@@ -83,10 +90,10 @@ class LlamaModel {
     std::vector<float> o_bias;               // [hidden]
     std::vector<float> gate_up_bias;         // [2 ffn]
     std::vector<float> down_bias;            // [hidden]
-    kernels::PackedWeight wqkv;              // q, k and v projections stacked: [q + 2 kv, hidden]
-    kernels::PackedWeight wo;                // [hidden, q]
-    kernels::PackedWeight w_gate_up;         // gate and up stacked: [2 ffn, hidden]
-    kernels::PackedWeight w_down;            // [hidden, ffn]
+    LinearWeight wqkv;                       // q, k and v projections stacked: [q + 2 kv, hidden]
+    LinearWeight wo;                         // [hidden, q]
+    LinearWeight w_gate_up;                  // gate and up stacked: [2 ffn, hidden]
+    LinearWeight w_down;                     // [hidden, ffn]
     LayerConfig settings;                    // window, RoPE on/off, which RoPE
   };
   struct Scratch;  // one forward pass's activations (llama_model.cpp)
@@ -99,13 +106,13 @@ class LlamaModel {
 
   ModelConfig config_;
   RopeFrequencies global_rope_;
-  RopeFrequencies local_rope_;       // Gemma 3's local layers
-  bool uses_global_rope_ = false;    // some layer rotates with global_rope_ (a table per forward)
-  bool uses_local_rope_ = false;     // some layer rotates with local_rope_
-  std::vector<float> embed_tokens_;  // [vocab, hidden], float32 (only B rows read per step)
+  RopeFrequencies local_rope_;     // Gemma 3's local layers
+  bool uses_global_rope_ = false;  // some layer rotates with global_rope_ (a table per forward)
+  bool uses_local_rope_ = false;   // some layer rotates with local_rope_
+  EmbeddingTable embed_tokens_;    // [vocab, hidden] (only B rows read per step)
   std::vector<Layer> layers_;
   std::vector<float> final_norm_;  // [hidden]
-  kernels::PackedWeight lm_head_;  // [vocab, hidden]
+  LinearWeight lm_head_;           // [vocab, hidden]
   kernels::ThreadPool* pool_;
   kernels::Isa isa_;
 };

@@ -31,7 +31,7 @@ uint32_t file_type(DType dtype) {
       return 1;  // MOSTLY_F16
     case DType::BF16:
       return 32;  // MOSTLY_BF16
-    case DType::F32:
+    default:  // F32
       break;
   }
   return 0;  // ALL_F32
@@ -43,7 +43,7 @@ GgmlType ggml_type(DType dtype) {
       return GgmlType::kF16;
     case DType::BF16:
       return GgmlType::kBF16;
-    case DType::F32:
+    default:  // F32
       break;
   }
   return GgmlType::kF32;

@@ -100,7 +100,7 @@ uint32_t encode_one(DType dtype, float value) {
       return to_f16(value);
     case DType::BF16:
       return to_bf16(value);
-    case DType::F32:
+    default:  // F32
       break;
   }
   return std::bit_cast<uint32_t>(value);
@@ -233,7 +233,7 @@ float round_to_dtype(DType dtype, float value) {
       return from_f16(to_f16(value));
     case DType::BF16:
       return std::bit_cast<float>(static_cast<uint32_t>(to_bf16(value)) << 16);
-    case DType::F32:
+    default:  // F32
       break;
   }
   return value;

@@ -34,6 +34,7 @@ const char* const kPhasesHelp =
     "  --bandwidth GBPS    roofline bandwidth; default: measured with a read loop at start\n"
     "  --block-size S      KV cache block size in tokens (default 16)\n"
     "  --kv-cache-dtype D  auto (the weights'), float32, float16, bfloat16 (default auto)\n"
+    "  --quantization Q    quantize float weights at load: q8_0, q4_0, q4_k, ... (default none)\n"
     "  --repeat R          prefill repetitions, the median is reported (default 3)\n"
     "  --seed S            seed of the prompt tokens (default 0)\n"
     "  --json              one JSON object instead of the table\n"
@@ -77,9 +78,9 @@ double prefill_flops(const model::ModelConfig& c, int tokens) {
 }  // namespace
 
 int run_bench_phases(const std::vector<std::string>& args) {
-  std::set<std::string> value_flags = {"model",   "batch",         "prompt-tokens", "output-tokens",
-                                       "threads", "bandwidth",     "block-size",    "repeat",
-                                       "seed",    "kv-cache-dtype"};
+  std::set<std::string> value_flags = {
+      "model",      "batch",  "prompt-tokens", "output-tokens",  "threads",     "bandwidth",
+      "block-size", "repeat", "seed",          "kv-cache-dtype", "quantization"};
   value_flags.insert(kBenchSamplingFlags.begin(), kBenchSamplingFlags.end());
   const CliFlags flags(args, value_flags, {"json", "help"});
   if (flags.has("help")) {
@@ -102,7 +103,13 @@ int run_bench_phases(const std::vector<std::string>& args) {
   kernels::ThreadPool pool(threads);
   const auto load_start = Clock::now();
   const model::LlamaCheckpoint checkpoint = model::open_llama_checkpoint(model_dir);
-  const model::LlamaModel model(checkpoint, &pool);
+  model::WeightFormat format;
+  try {
+    format = actors::resolve_weight_format(flags.get("quantization", ""));
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  const model::LlamaModel model(checkpoint, &pool, kernels::best_isa(), format);
   const double load_s = seconds_since(load_start);
   const model::ModelConfig& c = model.config();
   const kernels::KvDtype kv_dtype =
@@ -188,6 +195,7 @@ int run_bench_phases(const std::vector<std::string>& args) {
       {"isa", kernels::isa_name(model.isa())},
       {"threads", pool.num_threads()},
       {"kv_cache_dtype", kernels::kv_dtype_name(kv_dtype)},
+      {"weights", model.weight_format_summary()},
       {"batch", batch_size},
       {"prompt_tokens", prompt_tokens},
       {"output_tokens", output_tokens},

@@ -7,7 +7,8 @@ const std::set<std::string> kEngineValueFlags = {
     "model",           "block-size",     "num-kv-blocks", "kv-cache-memory",
     "swap-space",      "max-num-seqs",   "max-model-len", "max-num-batched-tokens",
     "preemption-mode", "threads",        "device",        "gpu-memory-utilization",
-    "dtype",           "kv-cache-dtype", "kv-allocator",  "sim-profile"};
+    "dtype",           "kv-cache-dtype", "kv-allocator",  "sim-profile",
+    "quantization"};
 const std::set<std::string> kEngineBoolFlags = {"no-prefix-caching"};
 
 const char* const kEngineFlagsHelp =
@@ -39,7 +40,11 @@ const char* const kEngineFlagsHelp =
     "  --dtype DTYPE                CUDA weights: auto, float32, float16, bfloat16 (default\n"
     "                               auto: the model's torch_dtype)\n"
     "  --kv-cache-dtype DTYPE       KV cache: auto (the weights'), float32, float16,\n"
-    "                               bfloat16, fp8 (e4m3, scale 1; CUDA only)\n";
+    "                               bfloat16, fp8 (e4m3, scale 1; CUDA only)\n"
+    "  --quantization TYPE          CPU: quantize float weights at load to q8_0, q4_0 or q4_k\n"
+    "                               (also q5_0, q5_1, q5_k, q6_k; the LM head to q6_k for the\n"
+    "                               4-bit types); quantized GGUF weights stay as they are\n"
+    "                               (default none)\n";
 
 actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
   actors::EngineConfig config;
@@ -66,6 +71,12 @@ actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
   }
   config.dtype = flags.get("dtype", "auto");
   config.kv_cache_dtype = flags.get("kv-cache-dtype", "auto");
+  config.quantization = flags.get("quantization", "");
+  try {
+    actors::resolve_weight_format(config.quantization);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   if (flags.has("preemption-mode")) {
     const std::string mode = flags.require("preemption-mode");
     if (mode == "swap") {

@@ -3,9 +3,12 @@
 // experiments and tests that need a model of a given size rather than a trained one.
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <iostream>
+#include <optional>
 #include <stdexcept>
 
+#include "model/quantize_gguf.h"
 #include "model/synthetic_model.h"
 #include "tools/cli_flags.h"
 #include "tools/subcommands.h"
@@ -31,7 +34,9 @@ const char* const kMakeModelHelp =
     "  --norm-jitter J  norm weights 1 + uniform(+-J) instead of 1 (default 0)\n"
     "  --dtype D        f32, f16 or bf16 (default f32)\n"
     "  --seed S         weight seed; the same flags give the same weights in both formats\n"
-    "                   and the same bytes (default 0)\n";
+    "                   and the same bytes (default 0)\n"
+    "  --quant TYPE     (gguf) quantize the matrices as `pagedserve quantize` does: Q8_0,\n"
+    "                   Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q4_K_M, Q5_K_M (default none)\n";
 
 model::DType parse_dtype(const std::string& text) {
   if (text == "f32" || text == "float32") return model::DType::F32;
@@ -76,7 +81,7 @@ int run_make_model(const std::vector<std::string>& args) {
   const CliFlags flags(
       args,
       {"out", "arch", "format", "hidden", "layers", "heads", "kv-heads", "head-dim", "ffn", "vocab",
-       "context", "sliding-window", "norm-jitter", "dtype", "seed"},
+       "context", "sliding-window", "norm-jitter", "dtype", "seed", "quant"},
       {"help"});
   if (flags.has("help")) {
     std::cout << kMakeModelHelp;
@@ -88,8 +93,24 @@ int run_make_model(const std::vector<std::string>& args) {
     throw UsageError("--format must be hf or gguf, got '" + format + "'");
   }
   const std::string out = flags.require("out");
+  std::optional<model::QuantizationPlan> plan;
+  if (flags.has("quant")) {
+    plan = model::parse_quantization_plan(flags.require("quant"));
+    if (!plan) throw UsageError("--quant: unknown type '" + flags.require("quant") + "'");
+    if (format != "gguf") throw UsageError("--quant needs --format gguf");
+  }
   const auto start = std::chrono::steady_clock::now();
-  if (format == "gguf") {
+  if (plan) {  // written in the dtype, then quantized from it
+    const std::filesystem::path unquantized = out + ".unquantized.tmp";
+    model::write_synthetic_gguf(unquantized, spec);
+    try {
+      std::cerr << "make-model: " << model::quantize_gguf(unquantized, out, *plan) << "\n";
+    } catch (...) {
+      std::filesystem::remove(unquantized);
+      throw;
+    }
+    std::filesystem::remove(unquantized);
+  } else if (format == "gguf") {
     model::write_synthetic_gguf(out, spec);
   } else {
     model::write_synthetic_model(out, spec);

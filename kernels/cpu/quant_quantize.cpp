@@ -33,7 +33,7 @@ int round_clamp(float v, int lo, int hi) {
   return r > static_cast<float>(hi) ? hi : static_cast<int>(r);
 }
 
-// Symmetric blocks (Q8_0, Q4_0, Q5_0): value (u - offset) * d. Tries d = max / -offset (the
+// Symmetric blocks (Q4_0, Q5_0): value (u - offset) * d. Tries d = max / -offset (the
 // extreme maps to the most negative quant, as ggml does) and d = amax / (offset - 1); keeps
 // the one with the smaller squared error.
 void quantize_symmetric(QuantType type, const float* x, DecodedBlock& out) {
@@ -64,6 +64,23 @@ void quantize_symmetric(QuantType type, const float* x, DecodedBlock& out) {
       best_error = error;
       out = block;
     }
+  }
+}
+
+// Q8_0 exactly as ggml's reference quantizer: d = amax / 127, q = round(x / d) half away from
+// zero (no search: with 255 levels it gains little, and matching llama.cpp's bytes means a
+// file quantized here is the file llama-quantize writes).
+void quantize_q8_0(const float* x, DecodedBlock& out) {
+  float amax = 0.0f;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127.0f;
+  const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+  out = DecodedBlock{};
+  out.d = to_half(d).bits;
+  for (int i = 0; i < 32; ++i) {
+    const float r = std::round(x[i] * inverse);  // within [-127, 127] unless x is not finite
+    const int q = r >= -127.0f && r <= 127.0f ? static_cast<int>(r) : (r > 0.0f ? 127 : -127);
+    out.u[i] = static_cast<uint8_t>(q + 128);
   }
 }
 
@@ -238,6 +255,8 @@ void quantize_row(QuantType type, const float* src, void* dst, int64_t n) {
     const float* x = src + b * block;
     switch (type) {
       case QuantType::kQ8_0:
+        quantize_q8_0(x, decoded);
+        break;
       case QuantType::kQ4_0:
       case QuantType::kQ5_0:
         quantize_symmetric(type, x, decoded);

@@ -370,28 +370,43 @@ const GgufTensor* GgufFile::find_tensor(std::string_view name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-TensorView GgufFile::view(const GgufTensor& tensor) const {
-  DType dtype = DType::F32;
-  switch (static_cast<GgmlType>(tensor.type)) {
+std::optional<DType> dtype_of_ggml(uint32_t type) {
+  switch (static_cast<GgmlType>(type)) {
     case GgmlType::kF32:
-      dtype = DType::F32;
-      break;
+      return DType::F32;
     case GgmlType::kF16:
-      dtype = DType::F16;
-      break;
+      return DType::F16;
     case GgmlType::kBF16:
-      dtype = DType::BF16;
-      break;
-    default: {
-      const bool quantized = ggml_block_size(tensor.type).value_or(1) > 1;
-      fail(path_, "tensor " + tensor.name + " has type " + ggml_type_name(tensor.type) +
-                      (quantized ? "; quantized tensors are not supported yet"
-                                 : "; only F32, F16 and BF16 tensors are supported"));
-    }
+      return DType::BF16;
+    case GgmlType::kQ8_0:
+      return DType::Q8_0;
+    case GgmlType::kQ4_0:
+      return DType::Q4_0;
+    case GgmlType::kQ5_0:
+      return DType::Q5_0;
+    case GgmlType::kQ5_1:
+      return DType::Q5_1;
+    case GgmlType::kQ4_K:
+      return DType::Q4_K;
+    case GgmlType::kQ5_K:
+      return DType::Q5_K;
+    case GgmlType::kQ6_K:
+      return DType::Q6_K;
+    default:
+      return std::nullopt;
+  }
+}
+
+TensorView GgufFile::view(const GgufTensor& tensor) const {
+  const std::optional<DType> dtype = dtype_of_ggml(tensor.type);
+  if (!dtype) {
+    fail(path_, "tensor " + tensor.name + " has type " + ggml_type_name(tensor.type) +
+                    ", which this engine cannot compute with (supported: F32, F16, BF16, Q8_0, "
+                    "Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)");
   }
   TensorView view;
   view.name = tensor.name;
-  view.dtype = dtype;
+  view.dtype = *dtype;
   view.shape = tensor.shape();
   view.data = tensor.data;
   view.num_bytes = tensor.num_bytes;

@@ -79,6 +79,9 @@ std::optional<int64_t> ggml_block_size(uint32_t type);
 // Bytes of a row of `elements` values of `type` (block-quantized types: elements must be a
 // multiple of the block size); nullopt for unknown types or a bad multiple.
 std::optional<size_t> ggml_row_bytes(uint32_t type, int64_t elements);
+// The loader's dtype of a ggml type the engine computes with; nullopt for the others (Q4_1,
+// Q2_K, IQ*, ...).
+std::optional<DType> dtype_of_ggml(uint32_t type);
 
 struct GgufTensor {
   std::string name;
@@ -129,8 +132,9 @@ class GgufFile {
   const std::map<std::string, GgufTensor, std::less<>>& tensors() const { return tensors_; }
   const GgufTensor* find_tensor(std::string_view name) const;
 
-  // A TensorView (row-major shape) of an F32, F16 or BF16 tensor. Throws ModelError
-  // "<path>: tensor <name> has type Q4_K; ..." for other types, naming the type.
+  // A TensorView (row-major shape) of a tensor of a type dtype_of_ggml knows (quantized ones
+  // keep ggml's block layout). Throws ModelError "<path>: tensor <name> has type Q4_1, ..."
+  // for other types, naming the type.
   TensorView view(const GgufTensor& tensor) const;
 
  private:

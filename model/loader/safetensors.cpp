@@ -41,29 +41,6 @@ uint64_t read_le_u64(const std::byte* p) {
   return value;
 }
 
-uint16_t read_le_u16(const std::byte* p) {
-  return static_cast<uint16_t>(std::to_integer<uint16_t>(p[0]) |
-                               (std::to_integer<uint16_t>(p[1]) << 8));
-}
-
-// Widens IEEE binary16 exactly: every half value (subnormals, infinities, NaN payloads) has
-// an exact binary32 representation.
-float f16_to_f32(uint16_t half) {
-  const uint32_t sign = static_cast<uint32_t>(half >> 15) << 31;
-  const uint32_t exponent = (half >> 10) & 0x1fu;
-  const uint32_t mantissa = half & 0x3ffu;
-  if (exponent == 0) {
-    // Zero or subnormal: mantissa * 2^-24, exact in float.
-    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-    return sign ? -magnitude : magnitude;
-  }
-  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
-  return std::bit_cast<float>(sign | ((exponent - 15 + 127) << 23) | (mantissa << 13));
-}
-
-// BF16 is the top half of a binary32, so widening is a shift.
-float bf16_to_f32(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
-
 // Non-negative JSON integer, or nullopt for anything else (negative, float, string...).
 std::optional<uint64_t> as_unsigned(const json& value) {
   if (value.is_number_unsigned()) return value.get<uint64_t>();
@@ -224,89 +201,6 @@ std::vector<ParsedEntry> parse_header(const std::filesystem::path& path, const s
 }
 
 }  // namespace
-
-const char* torch_dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::F16:
-      return "float16";
-    case DType::BF16:
-      return "bfloat16";
-    case DType::F32:
-      break;
-  }
-  return "float32";
-}
-
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::F32:
-      return "F32";
-    case DType::F16:
-      return "F16";
-    case DType::BF16:
-      return "BF16";
-  }
-  return "?";
-}
-
-size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::F32:
-      return 4;
-    case DType::F16:
-    case DType::BF16:
-      return 2;
-  }
-  return 0;
-}
-
-int64_t TensorView::num_elements() const {
-  int64_t elements = 1;
-  for (int64_t dim : shape) {
-    if (dim < 0 || __builtin_mul_overflow(elements, dim, &elements)) {
-      throw ModelError(file.string() + ": tensor " + name + " has invalid shape " +
-                       detail::shape_string(shape));
-    }
-  }
-  return elements;
-}
-
-std::vector<float> to_f32(const TensorView& tensor) {
-  // Views normally come from a validated file, but the struct is public: re-check the size so
-  // a hand-built view cannot read past its buffer.
-  const auto elements = static_cast<uint64_t>(tensor.num_elements());
-  uint64_t expected_bytes = 0;
-  if (__builtin_mul_overflow(elements, dtype_size(tensor.dtype), &expected_bytes) ||
-      expected_bytes != tensor.num_bytes || (tensor.num_bytes > 0 && tensor.data == nullptr)) {
-    throw ModelError(tensor.file.string() + ": tensor " + tensor.name + " has " +
-                     std::to_string(tensor.num_bytes) + " bytes, which does not match shape " +
-                     detail::shape_string(tensor.shape) + " of " + dtype_name(tensor.dtype));
-  }
-
-  std::vector<float> out(static_cast<size_t>(elements));
-  const std::byte* src = tensor.data;
-  switch (tensor.dtype) {
-    case DType::F32:
-      if constexpr (std::endian::native == std::endian::little) {
-        if (!out.empty()) std::memcpy(out.data(), src, tensor.num_bytes);
-      } else {
-        for (size_t i = 0; i < out.size(); ++i) {
-          uint32_t bits = 0;
-          for (int b = 3; b >= 0; --b)
-            bits = (bits << 8) | std::to_integer<uint32_t>(src[4 * i + b]);
-          out[i] = std::bit_cast<float>(bits);
-        }
-      }
-      break;
-    case DType::F16:
-      for (size_t i = 0; i < out.size(); ++i) out[i] = f16_to_f32(read_le_u16(src + 2 * i));
-      break;
-    case DType::BF16:
-      for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_f32(read_le_u16(src + 2 * i));
-      break;
-  }
-  return out;
-}
 
 std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path) {
   MappedFile mapped = MappedFile::open(path);

@@ -8,19 +8,36 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/loader/mapped_file.h"
 
+namespace pagedserve::kernels {
+enum class QuantType : uint8_t;  // kernels/cpu/quant.h
+}  // namespace pagedserve::kernels
+
 namespace pagedserve::model {
 
-enum class DType { F32, F16, BF16 };
+// Element types of weights. F32, F16 and BF16 come from safetensors and GGUF; the block-quantized
+// types (llama.cpp's, kernels/cpu/quant.h) only from GGUF, and a view of one holds whole rows of
+// blocks in ggml's layout.
+enum class DType { F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K };
 
-const char* dtype_name(DType dtype);  // "F32", "F16", "BF16"
-// "float32", "float16", "bfloat16": config.json's torch_dtype for weights of that dtype.
+const char* dtype_name(DType dtype);  // "F32", "F16", "BF16", "Q8_0", ...
+// "float32", "float16", "bfloat16": config.json's torch_dtype for weights of that dtype
+// (float16 for the quantized types, whose activations and KV cache llama.cpp keeps in F16).
 const char* torch_dtype_name(DType dtype);
+// Bytes per element; 0 for the block-quantized types (see tensor_bytes).
 size_t dtype_size(DType dtype);
+bool is_quantized(DType dtype);
+// Bytes of a tensor of `shape` (row-major, innermost last) in `dtype`; nullopt when it
+// overflows, or when a quantized tensor's rows do not fill whole blocks.
+std::optional<uint64_t> tensor_bytes(DType dtype, const std::vector<int64_t>& shape);
+// The kernels' name of a quantized dtype (nullopt for F32, F16, BF16), and back.
+std::optional<kernels::QuantType> quant_type_of(DType dtype);
+DType dtype_of(kernels::QuantType type);
 
 // A tensor inside a mapped file. Valid while its SafetensorsFile/WeightStore lives.
 struct TensorView {
@@ -34,7 +51,8 @@ struct TensorView {
   int64_t num_elements() const;
 };
 
-// Converts any supported dtype to float32 (F16 and BF16 widened exactly).
+// Converts any supported dtype to float32 (F16 and BF16 widened exactly, quantized blocks
+// dequantized as ggml does).
 std::vector<float> to_f32(const TensorView& tensor);
 
 // One mmapped .safetensors file. Throws ModelError naming the file when the file is missing,

@@ -127,20 +127,21 @@ TEST_F(GgufCheckpointErrors, MissingRequiredMetadataKeyIsNamed) {
   EXPECT_THAT(load_error(bad_), HasSubstr("llama.embedding_length"));
 }
 
-// Q8_0: blocks of 32 values stored as an f16 scale and 32 int8s, 34 bytes.
-TEST_F(GgufCheckpointErrors, QuantizedTensorIsRefusedNamingItAndItsType) {
+// Q4_1 (not computed by this engine): blocks of 32 values stored as an f16 scale, an f16
+// minimum and 16 bytes of nibbles, 20 bytes.
+TEST_F(GgufCheckpointErrors, QuantizedTensorOfAnUnsupportedTypeIsRefusedNamingItAndItsType) {
   copy_gguf(good_, bad_, {.tensor = [](const GgufTensor& tensor, GgufWriter& out) {
               if (tensor.name != "blk.0.attn_q.weight") return false;
               const std::vector<int64_t> shape = tensor.shape();
               EXPECT_EQ(shape[1] % 32, 0);
-              const size_t bytes = static_cast<size_t>(shape[0] * (shape[1] / 32) * 34);
+              const size_t bytes = static_cast<size_t>(shape[0] * (shape[1] / 32) * 20);
               std::vector<std::byte> blocks(bytes, std::byte{0});
-              out.add_tensor(tensor.name, GgmlType::kQ8_0, shape, std::move(blocks));
+              out.add_tensor(tensor.name, GgmlType::kQ4_1, shape, std::move(blocks));
               return true;
             }});
   const std::string message = load_error(bad_);
   EXPECT_THAT(message, HasSubstr("blk.0.attn_q.weight"));
-  EXPECT_THAT(message, HasSubstr("Q8_0"));
+  EXPECT_THAT(message, HasSubstr("Q4_1"));
 }
 
 TEST_F(GgufCheckpointErrors, TruncatedFileIsNamed) {

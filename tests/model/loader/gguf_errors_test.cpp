@@ -231,24 +231,28 @@ TEST(GgufErrors, TensorDataOutsideTheFileOrMisaligned) {
               HasSubstr("data offset 32 is not a multiple of the alignment 64"));
 }
 
-TEST(GgufErrors, ViewRefusesTypesItCannotWiden) {
+TEST(GgufErrors, ViewKeepsQuantizedBlocksAndRefusesTypesItCannotComputeWith) {
   GgufBuilder b;
   b.tensor("blk.0.attn_q.weight", {256, 2}, raw::kTypeQ4_K, 0)
-      .tensor("ids", {2}, raw::kTypeI32, 288);
-  b.data = std::string(288 + 8, '\0');
+      .tensor("ids", {2}, raw::kTypeI32, 288)
+      .tensor("q41", {32}, 3 /* Q4_1 */, 320);
+  b.data = std::string(320 + 20, '\0');
   TempDir dir;
   write_file(dir / "q.gguf", b.build());
   const auto file = GgufFile::open(dir / "q.gguf");
   const GgufTensor& q = *file->find_tensor("blk.0.attn_q.weight");
   EXPECT_EQ(q.num_bytes, 288u);
-  EXPECT_THAT([&] { file->view(q); },
-              ::testing::ThrowsMessage<ModelError>(::testing::StrEq(
-                  (dir / "q.gguf").string() +
-                  ": tensor blk.0.attn_q.weight has type Q4_K; quantized tensors are not "
-                  "supported yet")));
+  const TensorView view = file->view(q);
+  EXPECT_EQ(view.dtype, DType::Q4_K);
+  EXPECT_EQ(view.shape, (std::vector<int64_t>{2, 256}));
+  EXPECT_EQ(view.num_bytes, 288u);
+  EXPECT_EQ(to_f32(view), std::vector<float>(512, 0.0f));  // all-zero blocks
   EXPECT_THAT([&] { file->view(*file->find_tensor("ids")); },
-              ::testing::ThrowsMessage<ModelError>(
-                  HasSubstr("tensor ids has type I32; only F32, F16 and BF16")));
+              ::testing::ThrowsMessage<ModelError>(HasSubstr("tensor ids has type I32")));
+  EXPECT_THAT([&] { file->view(*file->find_tensor("q41")); },
+              ::testing::ThrowsMessage<ModelError>(HasSubstr(
+                  (dir / "q.gguf").string() + ": tensor q41 has type Q4_1, which this engine "
+                                              "cannot compute with")));
 }
 
 TEST(GgufErrors, EveryPrefixOfAValidFileIsAnError) {
