@@ -92,7 +92,13 @@ using QuantTileFn = void (*)(const QuantizedActs& x, const QuantizedWeight& w, f
                              int tile);
 void quant_tile_portable(const QuantizedActs& x, const QuantizedWeight& w, float* out, int ldo,
                          int tile);
-// The kernel matmul_quantized runs for `isa` (every ISA runs the portable kernel for now).
+// The kernel matmul_quantized runs for `isa`: the ISA's kernel for the type where there is one,
+// else the portable kernel.
 QuantTileFn quant_tile_fn(QuantType type, Isa isa);
+// AVX-512 kernels (quant_matmul_avx512.cpp): with VNNI's vpdpbusd, or with vpmaddubsw +
+// vpmaddwd (all types but Q8_0, whose quants reach 255); nullptr where there is none. Only for
+// CPUs with isa_supported(Isa::kAvx512) and, for vnni, cpu_has_avx512_vnni().
+bool cpu_has_avx512_vnni();
+QuantTileFn quant_tile_avx512(QuantType type, bool vnni);
 
 }  // namespace pagedserve::kernels::detail

@@ -275,9 +275,9 @@ void quant_tile_portable(const QuantizedActs& x, const QuantizedWeight& w, float
 }
 
 QuantTileFn quant_tile_fn(QuantType type, Isa isa) {
-  (void)type;
-  (void)isa;  // stage 2: VNNI / AVX2 kernels per type
-  return quant_tile_portable;
+  QuantTileFn fn = nullptr;
+  if (isa == Isa::kAvx512) fn = quant_tile_avx512(type, cpu_has_avx512_vnni());
+  return fn != nullptr ? fn : quant_tile_portable;
 }
 
 }  // namespace detail
