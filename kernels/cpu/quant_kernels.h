@@ -80,9 +80,15 @@ struct QuantizedActs {
   const float* d = nullptr;       // [m, k / block]
   const int32_t* sums = nullptr;  // [m, k / 16]
 };
-// Bytes of scratch quantize_activations needs, and the quantization into it (64-aligned).
+// Blocks with amax below this quantize to zero (127 / amax would overflow float).
+constexpr float kMinActivationAmax = 1e-30f;
+// Bytes of scratch quantize_activations needs, where its arrays lie in it (64-aligned), and the
+// quantization into it; the AVX-512 form gives the same bits.
 size_t activation_scratch_bytes(int m, int k, int block);
+QuantizedActs activation_layout(int m, int k, int block, std::byte* scratch);
 QuantizedActs quantize_activations(const float* x, int m, int k, int block, std::byte* scratch);
+QuantizedActs quantize_activations_avx512(const float* x, int m, int k, int block,
+                                          std::byte* scratch);
 
 // ---- Per-ISA kernels, for matmul_quantized ------------------------------------------------------
 // Computes columns 16*tile .. 16*tile+15 (clipped to n) of all m rows:

@@ -22,7 +22,10 @@
 namespace pagedserve::kernels::detail {
 namespace {
 
-constexpr int kMaxRows = 8;              // activation rows per pass over a tile
+constexpr int kMaxRows = 8;  // activation rows per pass over a tile
+// How far ahead of the loads the first pass over a tile (the one that streams it from memory)
+// prefetches, into the next tiles, which parallel_for_contiguous usually gives the same thread.
+constexpr uintptr_t kPrefetchAheadBytes = 8192;
 constexpr __mmask16 kAllLanes = 0xffff;  // see matmul_avx512.cpp (GCC 12's undefined operands)
 
 constexpr bool is_k(QuantType t) {
@@ -179,7 +182,7 @@ PS_TARGET_AVX512 inline __m512i min_sum(const __m512i (&pairs)[4], const int32_t
 template <QuantType T, bool kVnni, int R>
 PS_TARGET_AVX512 void tile_rows(const QuantizedActs& x, const TileLayout& layout,
                                 const std::byte* tile, int r0, float* out, int ldo,
-                                __mmask16 store_mask) {
+                                __mmask16 store_mask, bool prefetch) {
   using D = Dot<kVnni>;
   constexpr int kElements = is_k(T) ? 256 : 32;
   constexpr int kScaleBytes = has_min(T) ? 64 : 32;
@@ -195,6 +198,14 @@ PS_TARGET_AVX512 void tile_rows(const QuantizedActs& x, const TileLayout& layout
   const std::byte* scales = tile;
   const std::byte* quants = tile + layout.scale_bytes;
   for (int b = 0; b < nb; ++b, scales += kScaleBytes, quants += layout.block_bytes) {
+    if (prefetch) {
+      // One prefetch per line of this block, kPrefetchAheadBytes on (as an integer: the address
+      // may lie past the allocation, which a prefetch ignores and pointer arithmetic may not).
+      const uintptr_t ahead = reinterpret_cast<uintptr_t>(quants) + kPrefetchAheadBytes;
+      for (size_t off = 0; off < layout.block_bytes; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
+      }
+    }
     const __m512 wd = load_f16(scales);
     __m512i isum[R];
     const int8_t* qb = q + static_cast<size_t>(b) * kElements;
@@ -299,23 +310,23 @@ void tile_all_rows(const QuantizedActs& x, const QuantizedWeight& w, float* out,
   float* o = out + tile * kTileCols;
   int r = 0;
   for (; r + kMaxRows <= x.m; r += kMaxRows) {
-    tile_rows<T, kVnni, kMaxRows>(x, layout, base, r, o, ldo, mask);
+    tile_rows<T, kVnni, kMaxRows>(x, layout, base, r, o, ldo, mask, r == 0);
   }
   switch (x.m - r) {
     case 7:
-      return tile_rows<T, kVnni, 7>(x, layout, base, r, o, ldo, mask);
+      return tile_rows<T, kVnni, 7>(x, layout, base, r, o, ldo, mask, r == 0);
     case 6:
-      return tile_rows<T, kVnni, 6>(x, layout, base, r, o, ldo, mask);
+      return tile_rows<T, kVnni, 6>(x, layout, base, r, o, ldo, mask, r == 0);
     case 5:
-      return tile_rows<T, kVnni, 5>(x, layout, base, r, o, ldo, mask);
+      return tile_rows<T, kVnni, 5>(x, layout, base, r, o, ldo, mask, r == 0);
     case 4:
-      return tile_rows<T, kVnni, 4>(x, layout, base, r, o, ldo, mask);
+      return tile_rows<T, kVnni, 4>(x, layout, base, r, o, ldo, mask, r == 0);
     case 3:
-      return tile_rows<T, kVnni, 3>(x, layout, base, r, o, ldo, mask);
+      return tile_rows<T, kVnni, 3>(x, layout, base, r, o, ldo, mask, r == 0);
     case 2:
-      return tile_rows<T, kVnni, 2>(x, layout, base, r, o, ldo, mask);
+      return tile_rows<T, kVnni, 2>(x, layout, base, r, o, ldo, mask, r == 0);
     case 1:
-      return tile_rows<T, kVnni, 1>(x, layout, base, r, o, ldo, mask);
+      return tile_rows<T, kVnni, 1>(x, layout, base, r, o, ldo, mask, r == 0);
     default:
       return;
   }
@@ -343,6 +354,42 @@ QuantTileFn select(QuantType type) {
 }
 
 }  // namespace
+
+PS_TARGET_AVX512 QuantizedActs quantize_activations_avx512(const float* x, int m, int k, int block,
+                                                           std::byte* scratch) {
+  const QuantizedActs acts = activation_layout(m, k, block, scratch);
+  auto* q = const_cast<int8_t*>(acts.q);
+  auto* d = const_cast<float*>(acts.d);
+  auto* sums = const_cast<int32_t*>(acts.sums);
+  const int nb = k / block;
+  for (size_t b = 0; b < static_cast<size_t>(m) * nb; ++b) {
+    const float* xb = x + b * block;
+    __m512 vmax = _mm512_setzero_ps();
+    for (int i = 0; i < block; i += 16) {
+      vmax = _mm512_maskz_max_ps(kAllLanes, vmax, _mm512_abs_ps(_mm512_loadu_ps(xb + i)));
+    }
+    // (GCC 12's _mm512_reduce_* start from undefined operands; see kAllLanes.)
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, vmax);
+    float amax = 0.0f;
+    for (float v : lanes) amax = std::max(amax, v);
+    if (!(amax >= kMinActivationAmax)) amax = 0.0f;
+    d[b] = amax / 127.0f;
+    const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    const __m128i bias = _mm_set1_epi8(static_cast<char>(0x80));
+    for (int i = 0; i < block; i += 16) {
+      // vcvtps2dq rounds to nearest even, as nearbyint does in the default rounding mode.
+      const __m512i qi =
+          _mm512_maskz_cvtps_epi32(kAllLanes, _mm512_mul_ps(_mm512_loadu_ps(xb + i), id));
+      const __m128i q8 = _mm512_maskz_cvtepi32_epi8(kAllLanes, qi);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * block + i), q8);
+      // The sum of the 16 quants: of q + 128 by vpsadbw, less 16 * 128.
+      const __m128i sad = _mm_sad_epu8(_mm_xor_si128(q8, bias), _mm_setzero_si128());
+      sums[(b * block + i) / 16] = _mm_cvtsi128_si32(sad) + _mm_extract_epi16(sad, 4) - 16 * 128;
+    }
+  }
+  return acts;
+}
 
 bool cpu_has_avx512_vnni() {
 #if defined(__x86_64__) && defined(__GNUC__)
