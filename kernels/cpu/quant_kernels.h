@@ -80,9 +80,15 @@ struct QuantizedActs {
   const float* d = nullptr;       // [m, k / block]
   const int32_t* sums = nullptr;  // [m, k / 16]
 };
-// Bytes of scratch quantize_activations needs, and the quantization into it (64-aligned).
+// Blocks with amax below this quantize to zero (127 / amax would overflow float).
+constexpr float kMinActivationAmax = 1e-30f;
+// Bytes of scratch quantize_activations needs, where its arrays lie in it (64-aligned), and the
+// quantization into it; the AVX-512 form gives the same bits.
 size_t activation_scratch_bytes(int m, int k, int block);
+QuantizedActs activation_layout(int m, int k, int block, std::byte* scratch);
 QuantizedActs quantize_activations(const float* x, int m, int k, int block, std::byte* scratch);
+QuantizedActs quantize_activations_avx512(const float* x, int m, int k, int block,
+                                          std::byte* scratch);
 
 // ---- Per-ISA kernels, for matmul_quantized ------------------------------------------------------
 // Computes columns 16*tile .. 16*tile+15 (clipped to n) of all m rows:
@@ -92,7 +98,13 @@ using QuantTileFn = void (*)(const QuantizedActs& x, const QuantizedWeight& w, f
                              int tile);
 void quant_tile_portable(const QuantizedActs& x, const QuantizedWeight& w, float* out, int ldo,
                          int tile);
-// The kernel matmul_quantized runs for `isa` (every ISA runs the portable kernel for now).
+// The kernel matmul_quantized runs for `isa`: the ISA's kernel for the type where there is one,
+// else the portable kernel.
 QuantTileFn quant_tile_fn(QuantType type, Isa isa);
+// AVX-512 kernels (quant_matmul_avx512.cpp): with VNNI's vpdpbusd, or with vpmaddubsw +
+// vpmaddwd (all types but Q8_0, whose quants reach 255); nullptr where there is none. Only for
+// CPUs with isa_supported(Isa::kAvx512) and, for vnni, cpu_has_avx512_vnni().
+bool cpu_has_avx512_vnni();
+QuantTileFn quant_tile_avx512(QuantType type, bool vnni);
 
 }  // namespace pagedserve::kernels::detail

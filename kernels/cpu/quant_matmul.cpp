@@ -156,28 +156,34 @@ void unpack_tile_block(QuantType type, const TileLayout& layout, const std::byte
 
 // ---- Activations ------------------------------------------------------------------------------
 
-// Blocks with amax below this quantize to zero (127 / amax would overflow float).
-constexpr float kMinAmax = 1e-30f;
-
 size_t activation_scratch_bytes(int m, int k, int block) {
   const size_t rows = static_cast<size_t>(m);
   return round_up(rows * k, kAlignment) + round_up(rows * (k / block) * 4, kAlignment) +
          rows * (k / 16) * 4;
 }
 
-QuantizedActs quantize_activations(const float* x, int m, int k, int block, std::byte* scratch) {
+QuantizedActs activation_layout(int m, int k, int block, std::byte* scratch) {
   const size_t rows = static_cast<size_t>(m);
   auto* q = reinterpret_cast<int8_t*>(scratch);
   auto* d = reinterpret_cast<float*>(scratch + round_up(rows * k, kAlignment));
   auto* sums = reinterpret_cast<int32_t*>(reinterpret_cast<std::byte*>(d) +
                                           round_up(rows * (k / block) * 4, kAlignment));
+  return {m, k, block, q, d, sums};
+}
+
+QuantizedActs quantize_activations(const float* x, int m, int k, int block, std::byte* scratch) {
+  const QuantizedActs acts = activation_layout(m, k, block, scratch);
+  const size_t rows = static_cast<size_t>(m);
+  auto* q = const_cast<int8_t*>(acts.q);
+  auto* d = const_cast<float*>(acts.d);
+  auto* sums = const_cast<int32_t*>(acts.sums);
   const int nb = k / block;
   for (size_t r = 0; r < rows; ++r) {
     for (int b = 0; b < nb; ++b) {
       const size_t base = r * k + static_cast<size_t>(b) * block;
       float amax = 0.0f;
       for (int i = 0; i < block; ++i) amax = std::max(amax, std::fabs(x[base + i]));
-      if (!(amax >= kMinAmax)) amax = 0.0f;
+      if (!(amax >= kMinActivationAmax)) amax = 0.0f;
       d[r * nb + b] = amax / 127.0f;
       const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
       for (int i = 0; i < block; ++i) {
@@ -190,7 +196,7 @@ QuantizedActs quantize_activations(const float* x, int m, int k, int block, std:
       sums[r * (k / 16) + j] = s;
     }
   }
-  return {m, k, block, q, d, sums};
+  return acts;
 }
 
 // ---- The portable kernel ------------------------------------------------------------------------
@@ -275,9 +281,9 @@ void quant_tile_portable(const QuantizedActs& x, const QuantizedWeight& w, float
 }
 
 QuantTileFn quant_tile_fn(QuantType type, Isa isa) {
-  (void)type;
-  (void)isa;  // stage 2: VNNI / AVX2 kernels per type
-  return quant_tile_portable;
+  QuantTileFn fn = nullptr;
+  if (isa == Isa::kAvx512) fn = quant_tile_avx512(type, cpu_has_avx512_vnni());
+  return fn != nullptr ? fn : quant_tile_portable;
 }
 
 }  // namespace detail
@@ -365,7 +371,9 @@ void matmul_quantized(const float* x, const QuantizedWeight& w, float* out, int 
   if (scratch.size() < bytes) scratch.resize(bytes);
   const auto address = reinterpret_cast<uintptr_t>(scratch.data());
   std::byte* aligned = scratch.data() + (detail::round_up(address, detail::kAlignment) - address);
-  const detail::QuantizedActs acts = detail::quantize_activations(x, m, w.cols(), block, aligned);
+  const detail::QuantizedActs acts =
+      isa == Isa::kAvx512 ? detail::quantize_activations_avx512(x, m, w.cols(), block, aligned)
+                          : detail::quantize_activations(x, m, w.cols(), block, aligned);
   const detail::QuantTileFn tile_fn = detail::quant_tile_fn(w.type(), isa);
   const int tiles = (w.rows() + detail::kTileCols - 1) / detail::kTileCols;
   parallel_for_contiguous(pool, tiles, 2.0 * m * w.rows() * w.cols(), [&](int64_t tile) {

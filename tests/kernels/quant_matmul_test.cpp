@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_kernels.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/quant_test_util.h"
 
@@ -132,6 +133,41 @@ TEST(QuantMatmulTest, BitExactContractAcrossBatchThreadsAndIsa) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// Every SIMD tile kernel, including the ones matmul_quantized does not pick on this CPU (AVX-512
+// without VNNI), gives the portable kernel's bits for every row count of its register tiles.
+TEST(QuantMatmulTest, SimdTileKernelsMatchPortable) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512";
+  std::mt19937 rng(14);
+  const int n = 35;
+  for (QuantType type : kAllQuantTypes) {
+    SCOPED_TRACE(quant_type_name(type));
+    const int block = quant_block_elements(type);
+    const int k = 3 * block;
+    const std::vector<uint8_t> bytes = testing::random_blocks(rng, type, n * k / block);
+    const QuantizedWeight w = QuantizedWeight::pack(bytes.data(), type, n, k);
+    for (bool vnni : {false, true}) {
+      if (vnni && !detail::cpu_has_avx512_vnni()) continue;
+      const detail::QuantTileFn fn = detail::quant_tile_avx512(type, vnni);
+      if (fn == nullptr) continue;
+      for (int m : {1, 2, 5, 8, 9, 19}) {
+        const std::vector<float> x = random_activations(rng, m, k);
+        std::vector<std::byte> scratch(detail::activation_scratch_bytes(m, k, block) + 64);
+        auto* aligned = reinterpret_cast<std::byte*>(
+            (reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+        const detail::QuantizedActs acts =
+            detail::quantize_activations(x.data(), m, k, block, aligned);
+        std::vector<float> want(m * n), got(m * n);
+        for (int tile = 0; tile < (n + 15) / 16; ++tile) {
+          detail::quant_tile_portable(acts, w, want.data(), n, tile);
+          fn(acts, w, got.data(), n, tile);
+        }
+        ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0)
+            << "vnni " << vnni << " m " << m;
       }
     }
   }

@@ -280,18 +280,25 @@ TEST(QuantFormatTest, ActivationQuantizationMatchesDefinition) {
     std::vector<std::byte> scratch(detail::activation_scratch_bytes(m, k, block) + 64);
     auto* aligned =
         reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
-    const detail::QuantizedActs acts = detail::quantize_activations(x.data(), m, k, block, aligned);
-    for (int r = 0; r < m; ++r) {
-      const testing::RefActs ref = testing::ref_quantize_activations(&x[r * k], k, block);
-      for (int b = 0; b < k / block; ++b) {
-        ASSERT_EQ(std::bit_cast<uint32_t>(acts.d[r * (k / block) + b]),
-                  std::bit_cast<uint32_t>(ref.d[b]));
-      }
-      for (int i = 0; i < k; ++i) ASSERT_EQ(acts.q[r * k + i], ref.q[i]) << r << " " << i;
-      for (int j = 0; j < k / 16; ++j) {
-        int sum = 0;
-        for (int i = 0; i < 16; ++i) sum += ref.q[16 * j + i];
-        ASSERT_EQ(acts.sums[r * (k / 16) + j], sum);
+    for (bool simd : {false, true}) {
+      if (simd && !isa_supported(Isa::kAvx512)) continue;
+      SCOPED_TRACE(simd ? "avx512" : "portable");
+      std::fill(scratch.begin(), scratch.end(), std::byte{0x5a});
+      const detail::QuantizedActs acts =
+          simd ? detail::quantize_activations_avx512(x.data(), m, k, block, aligned)
+               : detail::quantize_activations(x.data(), m, k, block, aligned);
+      for (int r = 0; r < m; ++r) {
+        const testing::RefActs ref = testing::ref_quantize_activations(&x[r * k], k, block);
+        for (int b = 0; b < k / block; ++b) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(acts.d[r * (k / block) + b]),
+                    std::bit_cast<uint32_t>(ref.d[b]));
+        }
+        for (int i = 0; i < k; ++i) ASSERT_EQ(acts.q[r * k + i], ref.q[i]) << r << " " << i;
+        for (int j = 0; j < k / 16; ++j) {
+          int sum = 0;
+          for (int i = 0; i < 16; ++i) sum += ref.q[16 * j + i];
+          ASSERT_EQ(acts.sums[r * (k / 16) + j], sum);
+        }
       }
     }
   }
