@@ -83,12 +83,14 @@ struct QuantizedActs {
 // Blocks with amax below this quantize to zero (127 / amax would overflow float).
 constexpr float kMinActivationAmax = 1e-30f;
 // Bytes of scratch quantize_activations needs, where its arrays lie in it (64-aligned), and the
-// quantization into it; the AVX-512 form gives the same bits.
+// quantization into it; the AVX-512 and AVX2 forms give the same bits.
 size_t activation_scratch_bytes(int m, int k, int block);
 QuantizedActs activation_layout(int m, int k, int block, std::byte* scratch);
 QuantizedActs quantize_activations(const float* x, int m, int k, int block, std::byte* scratch);
 QuantizedActs quantize_activations_avx512(const float* x, int m, int k, int block,
                                           std::byte* scratch);
+QuantizedActs quantize_activations_avx2(const float* x, int m, int k, int block,
+                                        std::byte* scratch);
 
 // ---- Per-ISA kernels, for matmul_quantized ------------------------------------------------------
 // Computes columns 16*tile .. 16*tile+15 (clipped to n) of all m rows:
@@ -106,5 +108,10 @@ QuantTileFn quant_tile_fn(QuantType type, Isa isa);
 // CPUs with isa_supported(Isa::kAvx512) and, for vnni, cpu_has_avx512_vnni().
 bool cpu_has_avx512_vnni();
 QuantTileFn quant_tile_avx512(QuantType type, bool vnni);
+// AVX2 kernels (quant_matmul_avx2.cpp), every type: with AVX-VNNI's ymm vpdpbusd, or with
+// vpmaddubsw + vpmaddwd (Q8_0 on its signed quants). Only for CPUs with isa_supported(Isa::kAvx2)
+// and, for vnni, cpu_has_avx_vnni().
+bool cpu_has_avx_vnni();
+QuantTileFn quant_tile_avx2(QuantType type, bool vnni);
 
 }  // namespace pagedserve::kernels::detail

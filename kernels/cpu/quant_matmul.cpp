@@ -283,6 +283,7 @@ void quant_tile_portable(const QuantizedActs& x, const QuantizedWeight& w, float
 QuantTileFn quant_tile_fn(QuantType type, Isa isa) {
   QuantTileFn fn = nullptr;
   if (isa == Isa::kAvx512) fn = quant_tile_avx512(type, cpu_has_avx512_vnni());
+  if (isa == Isa::kAvx2) fn = quant_tile_avx2(type, cpu_has_avx_vnni());
   return fn != nullptr ? fn : quant_tile_portable;
 }
 
@@ -373,6 +374,7 @@ void matmul_quantized(const float* x, const QuantizedWeight& w, float* out, int 
   std::byte* aligned = scratch.data() + (detail::round_up(address, detail::kAlignment) - address);
   const detail::QuantizedActs acts =
       isa == Isa::kAvx512 ? detail::quantize_activations_avx512(x, m, w.cols(), block, aligned)
+      : isa == Isa::kAvx2 ? detail::quantize_activations_avx2(x, m, w.cols(), block, aligned)
                           : detail::quantize_activations(x, m, w.cols(), block, aligned);
   const detail::QuantTileFn tile_fn = detail::quant_tile_fn(w.type(), isa);
   const int tiles = (w.rows() + detail::kTileCols - 1) / detail::kTileCols;

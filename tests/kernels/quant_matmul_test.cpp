@@ -139,9 +139,24 @@ TEST(QuantMatmulTest, BitExactContractAcrossBatchThreadsAndIsa) {
 }
 
 // Every SIMD tile kernel, including the ones matmul_quantized does not pick on this CPU (AVX-512
-// without VNNI), gives the portable kernel's bits for every row count of its register tiles.
+// without VNNI, AVX2 where AVX-512 is there), gives the portable kernel's bits for every row
+// count of its register tiles (AVX-512: 8 rows, AVX2: 4) and a partial last tile.
 TEST(QuantMatmulTest, SimdTileKernelsMatchPortable) {
-  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512";
+  struct Kernel {
+    const char* name;
+    bool supported;
+    detail::QuantTileFn (*get)(QuantType type, bool vnni);
+    bool vnni;
+  };
+  const bool avx512 = isa_supported(Isa::kAvx512);
+  const bool avx2 = isa_supported(Isa::kAvx2);
+  const Kernel kernels[] = {
+      {"avx512", avx512, detail::quant_tile_avx512, false},
+      {"avx512-vnni", avx512 && detail::cpu_has_avx512_vnni(), detail::quant_tile_avx512, true},
+      {"avx2", avx2, detail::quant_tile_avx2, false},
+      {"avx2-vnni", avx2 && detail::cpu_has_avx_vnni(), detail::quant_tile_avx2, true},
+  };
+  if (!avx2 && !avx512) GTEST_SKIP() << "no AVX2 or AVX-512";
   std::mt19937 rng(14);
   const int n = 35;
   for (QuantType type : kAllQuantTypes) {
@@ -150,11 +165,11 @@ TEST(QuantMatmulTest, SimdTileKernelsMatchPortable) {
     const int k = 3 * block;
     const std::vector<uint8_t> bytes = testing::random_blocks(rng, type, n * k / block);
     const QuantizedWeight w = QuantizedWeight::pack(bytes.data(), type, n, k);
-    for (bool vnni : {false, true}) {
-      if (vnni && !detail::cpu_has_avx512_vnni()) continue;
-      const detail::QuantTileFn fn = detail::quant_tile_avx512(type, vnni);
+    for (const Kernel& kernel : kernels) {
+      if (!kernel.supported) continue;
+      const detail::QuantTileFn fn = kernel.get(type, kernel.vnni);
       if (fn == nullptr) continue;
-      for (int m : {1, 2, 5, 8, 9, 19}) {
+      for (int m : {1, 2, 3, 5, 8, 9, 17, 19}) {
         const std::vector<float> x = random_activations(rng, m, k);
         std::vector<std::byte> scratch(detail::activation_scratch_bytes(m, k, block) + 64);
         auto* aligned = reinterpret_cast<std::byte*>(
@@ -167,7 +182,7 @@ TEST(QuantMatmulTest, SimdTileKernelsMatchPortable) {
           fn(acts, w, got.data(), n, tile);
         }
         ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0)
-            << "vnni " << vnni << " m " << m;
+            << kernel.name << " m " << m;
       }
     }
   }

@@ -280,13 +280,14 @@ TEST(QuantFormatTest, ActivationQuantizationMatchesDefinition) {
     std::vector<std::byte> scratch(detail::activation_scratch_bytes(m, k, block) + 64);
     auto* aligned =
         reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
-    for (bool simd : {false, true}) {
-      if (simd && !isa_supported(Isa::kAvx512)) continue;
-      SCOPED_TRACE(simd ? "avx512" : "portable");
+    for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+      if (!isa_supported(isa)) continue;
+      SCOPED_TRACE(isa_name(isa));
       std::fill(scratch.begin(), scratch.end(), std::byte{0x5a});
       const detail::QuantizedActs acts =
-          simd ? detail::quantize_activations_avx512(x.data(), m, k, block, aligned)
-               : detail::quantize_activations(x.data(), m, k, block, aligned);
+          isa == Isa::kAvx512 ? detail::quantize_activations_avx512(x.data(), m, k, block, aligned)
+          : isa == Isa::kAvx2 ? detail::quantize_activations_avx2(x.data(), m, k, block, aligned)
+                              : detail::quantize_activations(x.data(), m, k, block, aligned);
       for (int r = 0; r < m; ++r) {
         const testing::RefActs ref = testing::ref_quantize_activations(&x[r * k], k, block);
         for (int b = 0; b < k / block; ++b) {
