@@ -362,7 +362,9 @@ void QuantizedWeight::dequantize_row_to(int row, float* out) const {
 
 void matmul_quantized(const float* x, const QuantizedWeight& w, float* out, int m, int ldo,
                       ThreadPool* pool, Isa isa) {
-  assert(m >= 0 && ldo >= w.rows() && (m == 0 || (x != nullptr && out != nullptr)));
+  // Nothing is read or written when m or n is 0, so x and out may then be null.
+  assert(m >= 0 && ldo >= w.rows() &&
+         (m == 0 || w.rows() == 0 || (x != nullptr && out != nullptr)));
   assert(isa_supported(isa));
   if (m == 0 || w.rows() == 0) return;
   const int block = quant_block_elements(w.type());
