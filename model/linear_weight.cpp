@@ -144,9 +144,19 @@ void LinearWeight::forward(const float* x, float* out, int m, kernels::ThreadPoo
     kernels::matmul_packed(x, packed_, out, m, pool, isa);
     return;
   }
-  for (const QuantizedRun& run : quantized_) {
-    kernels::matmul_quantized(x, run.weight, out + run.first_row, m, rows_, pool, isa);
+  // The runs sit side by side in row order: one stacked call (x quantized once, one split of
+  // all their tiles across the pool) gives the bits of one call per run.
+  constexpr size_t kInlineRuns = 8;
+  const kernels::QuantizedWeight* inline_weights[kInlineRuns];
+  std::vector<const kernels::QuantizedWeight*> heap_weights;
+  const kernels::QuantizedWeight** weights = inline_weights;
+  if (quantized_.size() > kInlineRuns) {
+    heap_weights.resize(quantized_.size());
+    weights = heap_weights.data();
   }
+  for (size_t i = 0; i < quantized_.size(); ++i) weights[i] = &quantized_[i].weight;
+  kernels::matmul_quantized_stacked(x, weights, static_cast<int>(quantized_.size()), out, m, rows_,
+                                    pool, isa);
 }
 
 EmbeddingTable::EmbeddingTable(std::vector<float> values, int hidden)

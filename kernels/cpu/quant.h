@@ -29,10 +29,10 @@ class ThreadPool;
 
 enum class QuantType : uint8_t { kQ8_0, kQ4_0, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K };
 
-const char* quant_type_name(QuantType type);                    // "Q8_0", "Q4_K", ...
+const char* quant_type_name(QuantType type);                       // "Q8_0", "Q4_K", ...
 std::optional<QuantType> parse_quant_type(std::string_view name);  // case-insensitive
-int quant_block_elements(QuantType type);                         // 32, or 256 for K types
-size_t quant_block_bytes(QuantType type);                         // 34, 18, 22, 24, 144, 176, 210
+int quant_block_elements(QuantType type);                          // 32, or 256 for K types
+size_t quant_block_bytes(QuantType type);                          // 34, 18, 22, 24, 144, 176, 210
 // Bytes of a row of n values (n a multiple of quant_block_elements).
 inline size_t quant_row_bytes(QuantType type, int64_t n) {
   return static_cast<size_t>(n / quant_block_elements(type)) * quant_block_bytes(type);
@@ -83,5 +83,14 @@ class QuantizedWeight {
 // threads and each weight byte is read once per call. m may be 0.
 void matmul_quantized(const float* x, const QuantizedWeight& w, float* out, int m, int ldo,
                       ThreadPool* pool = nullptr, Isa isa = best_isa());
+
+// The weights ws[0..count) (all with cols() == k) stacked by rows into one [sum rows, k] product:
+// ws[i]'s outputs go to columns first_i.. of each output row, first_i the rows of ws[0..i).
+// The same bits as one matmul_quantized call per weight, but x is quantized once per block size
+// and all the weights' tiles are split across the pool in one call, one sync point instead of
+// `count` (a GGUF's separate q, k, v and gate, up tensors).
+void matmul_quantized_stacked(const float* x, const QuantizedWeight* const* ws, int count,
+                              float* out, int m, int ldo, ThreadPool* pool = nullptr,
+                              Isa isa = best_isa());
 
 }  // namespace pagedserve::kernels

@@ -360,28 +360,80 @@ void QuantizedWeight::dequantize_row_to(int row, float* out) const {
   }
 }
 
+namespace {
+
+// x's rows quantized for blocks of `block`, into the calling thread's scratch for slot `slot`
+// (reused across calls; workers only read it).
+detail::QuantizedActs quantize_into_scratch(const float* x, int m, int k, int block, Isa isa,
+                                            int slot) {
+  thread_local std::vector<std::byte> scratch[2];
+  std::vector<std::byte>& buffer = scratch[slot];
+  const size_t bytes = detail::activation_scratch_bytes(m, k, block) + detail::kAlignment;
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  const auto address = reinterpret_cast<uintptr_t>(buffer.data());
+  std::byte* aligned = buffer.data() + (detail::round_up(address, detail::kAlignment) - address);
+  return isa == Isa::kAvx512 ? detail::quantize_activations_avx512(x, m, k, block, aligned)
+         : isa == Isa::kAvx2 ? detail::quantize_activations_avx2(x, m, k, block, aligned)
+                             : detail::quantize_activations(x, m, k, block, aligned);
+}
+
+}  // namespace
+
 void matmul_quantized(const float* x, const QuantizedWeight& w, float* out, int m, int ldo,
                       ThreadPool* pool, Isa isa) {
   // Nothing is read or written when m or n is 0, so x and out may then be null.
   assert(m >= 0 && ldo >= w.rows() &&
          (m == 0 || w.rows() == 0 || (x != nullptr && out != nullptr)));
-  assert(isa_supported(isa));
   if (m == 0 || w.rows() == 0) return;
-  const int block = quant_block_elements(w.type());
-  // The caller's scratch, reused across calls (workers only read it).
-  thread_local std::vector<std::byte> scratch;
-  const size_t bytes = detail::activation_scratch_bytes(m, w.cols(), block) + detail::kAlignment;
-  if (scratch.size() < bytes) scratch.resize(bytes);
-  const auto address = reinterpret_cast<uintptr_t>(scratch.data());
-  std::byte* aligned = scratch.data() + (detail::round_up(address, detail::kAlignment) - address);
-  const detail::QuantizedActs acts =
-      isa == Isa::kAvx512 ? detail::quantize_activations_avx512(x, m, w.cols(), block, aligned)
-      : isa == Isa::kAvx2 ? detail::quantize_activations_avx2(x, m, w.cols(), block, aligned)
-                          : detail::quantize_activations(x, m, w.cols(), block, aligned);
-  const detail::QuantTileFn tile_fn = detail::quant_tile_fn(w.type(), isa);
-  const int tiles = (w.rows() + detail::kTileCols - 1) / detail::kTileCols;
-  parallel_for_contiguous(pool, tiles, 2.0 * m * w.rows() * w.cols(), [&](int64_t tile) {
-    tile_fn(acts, w, out, ldo, static_cast<int>(tile));
+  const QuantizedWeight* ws[] = {&w};
+  matmul_quantized_stacked(x, ws, 1, out, m, ldo, pool, isa);
+}
+
+void matmul_quantized_stacked(const float* x, const QuantizedWeight* const* ws, int count,
+                              float* out, int m, int ldo, ThreadPool* pool, Isa isa) {
+  assert(count >= 0 && m >= 0 && (m == 0 || (x != nullptr && out != nullptr)));
+  assert(isa_supported(isa));
+  if (m == 0 || count == 0) return;
+  const int k = ws[0]->cols();
+  // One quantization of x per block size the weights use (32 and 256 at most).
+  detail::QuantizedActs acts[2];
+  bool quantized[2] = {false, false};
+  struct Run {
+    const QuantizedWeight* w;
+    const detail::QuantizedActs* acts;
+    detail::QuantTileFn tile_fn;
+    float* out;
+    int64_t first_tile;  // in the stack's tile numbering
+  };
+  constexpr int kInlineRuns = 8;
+  Run inline_runs[kInlineRuns];
+  std::vector<Run> heap_runs;
+  Run* runs = inline_runs;
+  if (count > kInlineRuns) {
+    heap_runs.resize(static_cast<size_t>(count));
+    runs = heap_runs.data();
+  }
+  int64_t tiles = 0;
+  int rows = 0;
+  for (int i = 0; i < count; ++i) {
+    const QuantizedWeight& w = *ws[i];
+    assert(w.cols() == k);
+    const int block = quant_block_elements(w.type());
+    const int slot = block == 32 ? 0 : 1;
+    if (!quantized[slot]) {
+      acts[slot] = quantize_into_scratch(x, m, k, block, isa, slot);
+      quantized[slot] = true;
+    }
+    runs[i] = {&w, &acts[slot], detail::quant_tile_fn(w.type(), isa), out + rows, tiles};
+    tiles += (w.rows() + detail::kTileCols - 1) / detail::kTileCols;
+    rows += w.rows();
+  }
+  assert(ldo >= rows);
+  parallel_for_contiguous(pool, tiles, 2.0 * m * rows * k, [&](int64_t tile) {
+    int i = 0;
+    while (i + 1 < count && tile >= runs[i + 1].first_tile) ++i;
+    const Run& run = runs[i];
+    run.tile_fn(*run.acts, *run.w, run.out, ldo, static_cast<int>(tile - run.first_tile));
   });
 }
 

@@ -284,6 +284,53 @@ TEST(QuantMatmulTest, OddShapesAndStridedOutput) {
   }
 }
 
+// matmul_quantized_stacked: the bits of one matmul_quantized call per weight into its columns,
+// for stacks that mix block sizes (x quantized twice) and types, any m, thread count and ISA;
+// columns past the stack are not written.
+TEST(QuantMatmulTest, StackedEqualsOneCallPerWeight) {
+  std::mt19937 rng(21);
+  const int k = 512;
+  const std::vector<std::vector<std::pair<QuantType, int>>> stacks = {
+      {{QuantType::kQ8_0, 40}, {QuantType::kQ8_0, 17}, {QuantType::kQ8_0, 16}},
+      {{QuantType::kQ4_K, 33}, {QuantType::kQ6_K, 16}},
+      {{QuantType::kQ6_K, 5},
+       {QuantType::kQ8_0, 48},
+       {QuantType::kQ4_K, 20},
+       {QuantType::kQ5_0, 9}},
+  };
+  const float sentinel = -12345.0f;
+  for (const auto& stack : stacks) {
+    std::vector<Case> cases;
+    std::vector<const QuantizedWeight*> ws;
+    int rows = 0;
+    for (const auto& [type, n] : stack) {
+      cases.push_back(quantized_case(rng, type, n, k));
+      rows += n;
+    }
+    for (const Case& c : cases) ws.push_back(&c.w);
+    const int ldo = rows + 3;
+    for (Isa isa : supported_isas()) {
+      for (int threads : {1, 3}) {
+        ThreadPool pool(threads, 0.0);
+        for (int m : {1, 3, 9}) {
+          SCOPED_TRACE(::testing::Message()
+                       << isa_name(isa) << " threads " << threads << " m " << m);
+          const std::vector<float> x = random_activations(rng, m, k);
+          std::vector<float> want(m * ldo, sentinel), got(m * ldo, sentinel);
+          int first = 0;
+          for (const Case& c : cases) {
+            matmul_quantized(x.data(), c.w, want.data() + first, m, ldo, &pool, isa);
+            first += c.w.rows();
+          }
+          matmul_quantized_stacked(x.data(), ws.data(), static_cast<int>(ws.size()), got.data(), m,
+                                   ldo, &pool, isa);
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
+        }
+      }
+    }
+  }
+}
+
 // quantize() is quantize_row + pack(); the packed weight reports its shape and ggml size.
 TEST(QuantMatmulTest, QuantizeEqualsQuantizeRowThenPack) {
   std::mt19937 rng(13);
