@@ -103,18 +103,14 @@ LinearWeight LinearWeight::from_views(std::initializer_list<const TensorView*> p
     weight.packed_ = pack_float_parts(parts, weight.rows_, weight.cols_);
     return weight;
   }
-  int first_row = 0;
-  for (const TensorView* part : parts) {
-    weight.quantized_.push_back({quantized_part(*part, online), first_row});
-    first_row += view_rows(*part);
-  }
+  for (const TensorView* part : parts) weight.quantized_.push_back(quantized_part(*part, online));
   return weight;
 }
 
 size_t LinearWeight::weight_bytes() const {
   if (quantized_.empty()) return packed_.weight_bytes();
   size_t bytes = 0;
-  for (const QuantizedRun& run : quantized_) bytes += run.weight.weight_bytes();
+  for (const kernels::QuantizedWeight& part : quantized_) bytes += part.weight_bytes();
   return bytes;
 }
 
@@ -131,8 +127,8 @@ std::vector<std::string> LinearWeight::format_names() const {
     return {"F32"};
   }
   std::vector<std::string> names;
-  for (const QuantizedRun& run : quantized_) {
-    std::string type = kernels::quant_type_name(run.weight.type());
+  for (const kernels::QuantizedWeight& part : quantized_) {
+    std::string type = kernels::quant_type_name(part.type());
     if (std::find(names.begin(), names.end(), type) == names.end()) names.push_back(type);
   }
   return names;
@@ -144,19 +140,9 @@ void LinearWeight::forward(const float* x, float* out, int m, kernels::ThreadPoo
     kernels::matmul_packed(x, packed_, out, m, pool, isa);
     return;
   }
-  // The runs sit side by side in row order: one stacked call (x quantized once, one split of
-  // all their tiles across the pool) gives the bits of one call per run.
-  constexpr size_t kInlineRuns = 8;
-  const kernels::QuantizedWeight* inline_weights[kInlineRuns];
-  std::vector<const kernels::QuantizedWeight*> heap_weights;
-  const kernels::QuantizedWeight** weights = inline_weights;
-  if (quantized_.size() > kInlineRuns) {
-    heap_weights.resize(quantized_.size());
-    weights = heap_weights.data();
-  }
-  for (size_t i = 0; i < quantized_.size(); ++i) weights[i] = &quantized_[i].weight;
-  kernels::matmul_quantized_stacked(x, weights, static_cast<int>(quantized_.size()), out, m, rows_,
-                                    pool, isa);
+  // The parts sit side by side in row order: one stacked call (x quantized once, one split of
+  // all their tiles across the pool) gives the bits of one call per part.
+  kernels::matmul_quantized_stacked(x, quantized_, out, m, rows_, pool, isa);
 }
 
 EmbeddingTable::EmbeddingTable(std::vector<float> values, int hidden)

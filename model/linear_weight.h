@@ -52,12 +52,8 @@ class LinearWeight {
                kernels::Isa isa) const;
 
  private:
-  struct QuantizedRun {
-    kernels::QuantizedWeight weight;
-    int first_row = 0;
-  };
-  kernels::PackedWeight packed_;         // when every part is float
-  std::vector<QuantizedRun> quantized_;  // otherwise, in row order
+  kernels::PackedWeight packed_;                     // when every part is float
+  std::vector<kernels::QuantizedWeight> quantized_;  // otherwise, one per part in row order
   int rows_ = 0;
   int cols_ = 0;
 };

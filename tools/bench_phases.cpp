@@ -100,15 +100,10 @@ int run_bench_phases(const std::vector<std::string>& args) {
   const auto sampling =
       std::make_shared<const model::SamplingParams>(bench_sampling_from_flags(flags));
 
+  const model::WeightFormat format = weight_format_from_flags(flags);
   kernels::ThreadPool pool(threads);
   const auto load_start = Clock::now();
   const model::LlamaCheckpoint checkpoint = model::open_llama_checkpoint(model_dir);
-  model::WeightFormat format;
-  try {
-    format = actors::resolve_weight_format(flags.get("quantization", ""));
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
   const model::LlamaModel model(checkpoint, &pool, kernels::best_isa(), format);
   const double load_s = seconds_since(load_start);
   const model::ModelConfig& c = model.config();

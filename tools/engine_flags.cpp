@@ -46,6 +46,14 @@ const char* const kEngineFlagsHelp =
     "                               4-bit types); quantized GGUF weights stay as they are\n"
     "                               (default none)\n";
 
+model::WeightFormat weight_format_from_flags(const CliFlags& flags) {
+  try {
+    return actors::resolve_weight_format(flags.get("quantization", ""));
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+}
+
 actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
   actors::EngineConfig config;
   config.model_dir = flags.require("model");
@@ -72,11 +80,7 @@ actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
   config.dtype = flags.get("dtype", "auto");
   config.kv_cache_dtype = flags.get("kv-cache-dtype", "auto");
   config.quantization = flags.get("quantization", "");
-  try {
-    actors::resolve_weight_format(config.quantization);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
+  weight_format_from_flags(flags);  // a bad value is a usage error, before any model loads
   if (flags.has("preemption-mode")) {
     const std::string mode = flags.require("preemption-mode");
     if (mode == "swap") {

@@ -15,6 +15,8 @@ extern const std::set<std::string> kEngineBoolFlags;
 extern const char* const kEngineFlagsHelp;
 
 actors::EngineConfig engine_config_from_flags(const CliFlags& flags);
+// --quantization as a weight format (none when absent); a UsageError naming a bad value.
+model::WeightFormat weight_format_from_flags(const CliFlags& flags);
 
 // The benchmarks' sampling flags (--temperature, --top-p, --top-k, --min-p; default greedy),
 // checked as a request's would be (a UsageError naming the field).

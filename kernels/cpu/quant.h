@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 
 #include "kernels/cpu/isa.h"
@@ -88,9 +89,8 @@ void matmul_quantized(const float* x, const QuantizedWeight& w, float* out, int 
 // ws[i]'s outputs go to columns first_i.. of each output row, first_i the rows of ws[0..i).
 // The same bits as one matmul_quantized call per weight, but x is quantized once per block size
 // and all the weights' tiles are split across the pool in one call, one sync point instead of
-// `count` (a GGUF's separate q, k, v and gate, up tensors).
-void matmul_quantized_stacked(const float* x, const QuantizedWeight* const* ws, int count,
-                              float* out, int m, int ldo, ThreadPool* pool = nullptr,
-                              Isa isa = best_isa());
+// one per weight (a GGUF's separate q, k, v and gate, up tensors).
+void matmul_quantized_stacked(const float* x, std::span<const QuantizedWeight> ws, float* out,
+                              int m, int ldo, ThreadPool* pool = nullptr, Isa isa = best_isa());
 
 }  // namespace pagedserve::kernels

@@ -385,16 +385,16 @@ void matmul_quantized(const float* x, const QuantizedWeight& w, float* out, int 
   assert(m >= 0 && ldo >= w.rows() &&
          (m == 0 || w.rows() == 0 || (x != nullptr && out != nullptr)));
   if (m == 0 || w.rows() == 0) return;
-  const QuantizedWeight* ws[] = {&w};
-  matmul_quantized_stacked(x, ws, 1, out, m, ldo, pool, isa);
+  matmul_quantized_stacked(x, std::span(&w, 1), out, m, ldo, pool, isa);
 }
 
-void matmul_quantized_stacked(const float* x, const QuantizedWeight* const* ws, int count,
-                              float* out, int m, int ldo, ThreadPool* pool, Isa isa) {
-  assert(count >= 0 && m >= 0 && (m == 0 || (x != nullptr && out != nullptr)));
+void matmul_quantized_stacked(const float* x, std::span<const QuantizedWeight> ws, float* out,
+                              int m, int ldo, ThreadPool* pool, Isa isa) {
+  assert(m >= 0 && (m == 0 || (x != nullptr && out != nullptr)));
   assert(isa_supported(isa));
+  const int count = static_cast<int>(ws.size());
   if (m == 0 || count == 0) return;
-  const int k = ws[0]->cols();
+  const int k = ws[0].cols();
   // One quantization of x per block size the weights use (32 and 256 at most).
   detail::QuantizedActs acts[2];
   bool quantized[2] = {false, false};
@@ -416,7 +416,7 @@ void matmul_quantized_stacked(const float* x, const QuantizedWeight* const* ws, 
   int64_t tiles = 0;
   int rows = 0;
   for (int i = 0; i < count; ++i) {
-    const QuantizedWeight& w = *ws[i];
+    const QuantizedWeight& w = ws[i];
     assert(w.cols() == k);
     const int block = quant_block_elements(w.type());
     const int slot = block == 32 ? 0 : 1;

@@ -300,14 +300,12 @@ TEST(QuantMatmulTest, StackedEqualsOneCallPerWeight) {
   };
   const float sentinel = -12345.0f;
   for (const auto& stack : stacks) {
-    std::vector<Case> cases;
-    std::vector<const QuantizedWeight*> ws;
+    std::vector<QuantizedWeight> ws;
     int rows = 0;
     for (const auto& [type, n] : stack) {
-      cases.push_back(quantized_case(rng, type, n, k));
+      ws.push_back(std::move(quantized_case(rng, type, n, k).w));
       rows += n;
     }
-    for (const Case& c : cases) ws.push_back(&c.w);
     const int ldo = rows + 3;
     for (Isa isa : supported_isas()) {
       for (int threads : {1, 3}) {
@@ -318,12 +316,11 @@ TEST(QuantMatmulTest, StackedEqualsOneCallPerWeight) {
           const std::vector<float> x = random_activations(rng, m, k);
           std::vector<float> want(m * ldo, sentinel), got(m * ldo, sentinel);
           int first = 0;
-          for (const Case& c : cases) {
-            matmul_quantized(x.data(), c.w, want.data() + first, m, ldo, &pool, isa);
-            first += c.w.rows();
+          for (const QuantizedWeight& w : ws) {
+            matmul_quantized(x.data(), w, want.data() + first, m, ldo, &pool, isa);
+            first += w.rows();
           }
-          matmul_quantized_stacked(x.data(), ws.data(), static_cast<int>(ws.size()), got.data(), m,
-                                   ldo, &pool, isa);
+          matmul_quantized_stacked(x.data(), ws, got.data(), m, ldo, &pool, isa);
           ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
         }
       }

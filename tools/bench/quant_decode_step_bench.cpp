@@ -82,9 +82,7 @@ struct Product {
   }
   void forward(const float* x, float* out, ThreadPool* pool, bool stacked) const {
     if (stacked) {
-      std::vector<const QuantizedWeight*> ws;
-      for (const QuantizedWeight& w : runs) ws.push_back(&w);
-      matmul_quantized_stacked(x, ws.data(), static_cast<int>(ws.size()), out, 1, rows, pool);
+      matmul_quantized_stacked(x, runs, out, 1, rows, pool);
       return;
     }
     int first = 0;
