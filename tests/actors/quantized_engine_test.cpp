@@ -2,6 +2,7 @@
 // (--quantization q8_0) or read from a Q8_0 GGUF file (`pagedserve quantize`), generates the
 // float32 model's greedy story token for token for 100 tokens, and gives every KV block back.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -37,7 +38,8 @@ TEST(QuantizedEngine, OnlineQ8_0GivesTheFloatStory) {
 
 TEST(QuantizedEngine, Q8_0GgufFileGivesTheFloatStory) {
   const std::filesystem::path out =
-      std::filesystem::temp_directory_path() / "pagedserve-stories260K-q8_0-test.gguf";
+      std::filesystem::temp_directory_path() /
+      ("pagedserve-stories260K-q8_0-" + std::to_string(::getpid()) + ".gguf");
   const auto plan = model::parse_quantization_plan("q8_0");
   ASSERT_TRUE(plan.has_value());
   model::quantize_gguf(pagedserve::testing::shared_dir() / "models" / "stories260K.gguf", out,

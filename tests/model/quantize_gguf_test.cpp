@@ -5,11 +5,13 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <string>
 
 #include "model/loader/gguf.h"
 #include "model/loader/model_error.h"
@@ -66,8 +68,12 @@ TEST(QuantizationPlan, WidthsThatFillNoBlockFallBackAsLlamaCppDoes) {
 class QuantizeGguf : public ::testing::Test {
  protected:
   void TearDown() override { std::filesystem::remove(out_); }
+  // One file per test and process: ctest runs the tests of this fixture in parallel, and
+  // rewriting a file another test has mapped kills that test with SIGBUS.
   std::filesystem::path out_ =
-      std::filesystem::temp_directory_path() / "pagedserve-quantize-gguf-test.gguf";
+      std::filesystem::temp_directory_path() /
+      ("pagedserve-quantize-gguf-" + std::to_string(::getpid()) + "-" +
+       ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".gguf");
 };
 
 TEST_F(QuantizeGguf, Q8_0MatricesAreWithinHalfAStepAndTheRestIsCopied) {
