@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <optional>
+#include <tuple>
 
 #include "model/grammar/grammar_ir.h"
 
@@ -11,7 +12,7 @@ namespace pagedserve::model::grammar::detail {
 namespace {
 
 // Elements in one grammar, all rules together (guards against repetition blow-ups).
-constexpr size_t kMaxElements = 4'000'000;
+constexpr size_t kMaxElements = 4'000'000;  // < 2^24 (kSubShift)
 
 }  // namespace
 
@@ -74,40 +75,70 @@ void GrammarBuilder::append_literal(Sequence& out, std::string_view utf8) {
   count_elements(utf8.size());
 }
 
+std::optional<Element> GrammarBuilder::utf8_class(const std::vector<Utf8Sequence>& seqs) {
+  Utf8Class dfa;
+  dfa.next.emplace_back();
+  dfa.next[0].fill(Utf8Class::kReject);
+  std::map<std::tuple<uint8_t, uint8_t, uint8_t>, uint8_t> children;  // (state, lo, hi) -> state
+  for (const Utf8Sequence& seq : seqs) {
+    uint8_t state = 0;
+    for (size_t i = 0; i < seq.size(); ++i) {
+      const ByteRange r = seq[i];
+      uint8_t target = Utf8Class::kAccept;
+      if (i + 1 < seq.size()) {
+        auto [it, inserted] = children.emplace(std::tuple{state, r.lo, r.hi}, 0);
+        if (inserted) {
+          if (dfa.next.size() >= Utf8Class::kAccept) return std::nullopt;
+          it->second = static_cast<uint8_t>(dfa.next.size());
+          dfa.next.emplace_back();
+          dfa.next.back().fill(Utf8Class::kReject);
+        }
+        target = it->second;
+      }
+      for (unsigned b = r.lo; b <= r.hi; ++b) {
+        uint8_t& cell = dfa.next[state][b];
+        if (cell != Utf8Class::kReject && cell != target) return std::nullopt;
+        cell = target;
+      }
+      state = target;
+    }
+  }
+  classes_.push_back(std::move(dfa));
+  return Element{ElementKind::kClass, static_cast<uint32_t>(classes_.size() - 1)};
+}
+
 void GrammarBuilder::append_class(Sequence& out, std::vector<CodePointRange> ranges,
                                   std::string_view base) {
-  if (auto it = class_rules_.find(ranges); it != class_rules_.end()) {
-    out.push_back({ElementKind::kRule, it->second});
+  if (auto it = class_elements_.find(ranges); it != class_elements_.end()) {
+    out.push_back(it->second);
+    count_elements(1);
     return;
   }
-  // One alternative for all one-byte code points, one per longer byte sequence.
-  std::vector<Sequence> alternatives;
-  ByteSet ascii;
-  bool has_ascii = false;
-  for (const Utf8Sequence& seq : utf8_sequences(ranges)) {
-    if (seq.size() == 1) {
-      ascii.set_range(seq[0].lo, seq[0].hi);
-      has_ascii = true;
-      continue;
+  const std::vector<Utf8Sequence> seqs = utf8_sequences(ranges);
+  Element element;
+  if (seqs.empty()) {  // matches nothing: a rule without alternatives
+    element = {ElementKind::kRule, helper(base, {})};
+  } else if (std::all_of(seqs.begin(), seqs.end(), [](auto& s) { return s.size() == 1; })) {
+    ByteSet ascii;
+    for (const Utf8Sequence& seq : seqs) ascii.set_range(seq[0].lo, seq[0].hi);
+    element = {ElementKind::kBytes, byte_set(ascii)};
+  } else if (auto dfa = utf8_class(seqs)) {
+    element = *dfa;
+  } else {  // one alternative per byte sequence
+    std::vector<Sequence> alternatives;
+    for (const Utf8Sequence& seq : seqs) {
+      Sequence alt;
+      for (const ByteRange& r : seq) {
+        ByteSet set;
+        set.set_range(r.lo, r.hi);
+        alt.push_back({ElementKind::kBytes, byte_set(set)});
+      }
+      alternatives.push_back(std::move(alt));
     }
-    Sequence alt;
-    for (const ByteRange& r : seq) {
-      ByteSet set;
-      set.set_range(r.lo, r.hi);
-      alt.push_back({ElementKind::kBytes, byte_set(set)});
-    }
-    alternatives.push_back(std::move(alt));
+    element = {ElementKind::kRule, helper(base, std::move(alternatives))};
   }
-  if (has_ascii)
-    alternatives.insert(alternatives.begin(), {{ElementKind::kBytes, byte_set(ascii)}});
-  if (alternatives.size() == 1) {
-    out.insert(out.end(), alternatives[0].begin(), alternatives[0].end());
-    count_elements(alternatives[0].size());
-    return;
-  }
-  const uint32_t id = helper(base, std::move(alternatives));
-  class_rules_.emplace(std::move(ranges), id);
-  out.push_back({ElementKind::kRule, id});
+  class_elements_.emplace(std::move(ranges), element);
+  out.push_back(element);
   count_elements(1);
 }
 
@@ -186,6 +217,7 @@ std::shared_ptr<const Grammar> GrammarBuilder::finish_checked(std::string_view r
   check_left_recursion();
   auto g = std::make_shared<Grammar>();
   g->byte_sets = byte_sets_;
+  g->classes = classes_;
   g->root = root_it->second;
   for (const Rule& rule : rules_) {
     g->rule_names.push_back(rule.name);

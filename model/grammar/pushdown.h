@@ -15,7 +15,8 @@ namespace pagedserve::model::grammar::detail {
 inline constexpr uint32_t kNoNode = UINT32_MAX;  // as a head: a completed (empty) stack
 
 struct StackNode {
-  uint32_t pos = 0;     // position in Grammar::elements: the top's terminal, or a return point
+  uint32_t pos = 0;     // position in Grammar::elements (a top's terminal, or a return point);
+                        // a kClass top keeps its DFA state above kSubShift
   uint32_t parent = 0;  // the node below, kNoNode at the bottom
 };
 
@@ -26,6 +27,12 @@ using StackSet = std::vector<std::vector<uint32_t>>;
 class PushdownArena {
  public:
   explicit PushdownArena(const Grammar& grammar) : g_(&grammar) {}
+  // Serves another grammar (or the same again), forgetting every node.
+  void rebind(const Grammar& grammar) {
+    if (g_ != &grammar) stamps_.clear();
+    g_ = &grammar;
+    nodes_.clear();
+  }
 
   // Appends the heads of the start state (the closure of the root's alternatives).
   void start(std::vector<uint32_t>& heads);
@@ -48,8 +55,16 @@ class PushdownArena {
   void closure(uint32_t pos, uint32_t parent, std::vector<uint32_t>& heads);
   void dedupe(std::vector<uint32_t>& heads, size_t begin);
 
+  bool same(uint32_t a, uint32_t b) const {
+    return a == b || (a != kNoNode && b != kNoNode && nodes_[a].pos == nodes_[b].pos &&
+                      nodes_[a].parent == nodes_[b].parent);
+  }
+
   const Grammar* g_;
   std::vector<StackNode> nodes_;
+  // dedupe of many heads: stamps_[top position] == stamp_ once a head with that top was kept.
+  std::vector<uint32_t> stamps_;
+  uint32_t stamp_ = 0;
 };
 
 }  // namespace pagedserve::model::grammar::detail

@@ -76,7 +76,8 @@ void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const St
                   std::span<uint32_t> mask) {
   const TokenVocabulary::Trie& trie = vocab.trie();
   thread_local Walk walk;
-  PushdownArena arena(grammar);
+  thread_local PushdownArena arena(grammar);
+  arena.rebind(grammar);
   walk.heads.clear();
   walk.level_begin.assign(1, 0);
   arena.load(stacks, walk.heads);
