@@ -43,6 +43,10 @@ std::shared_ptr<const Grammar> parse_gbnf(std::string_view text, std::string_vie
 // the rule matching the pattern is `rule_prefix` itself. Throws GrammarError naming the column
 // of anything unsupported (backreferences, lookaround, ...).
 std::string regex_to_gbnf(std::string_view pattern, std::string_view rule_prefix = "root");
+// The same with a choice of semantics: anchored (as above) matches the whole output; unanchored
+// is JSON Schema's `pattern` (ECMAScript search): the output must CONTAIN a match, i.e. each
+// top-level alternative is surrounded by any text unless it starts with ^ / ends with $.
+std::string regex_to_gbnf(std::string_view pattern, std::string_view rule_prefix, bool anchored);
 
 // GBNF whose root matches exactly one of `choices` (vLLM's guided_choice).
 std::string choice_to_gbnf(std::span<const std::string> choices);

@@ -1,0 +1,76 @@
+// Internals shared by matcher.cpp and token_mask.cpp: the vocabulary's sorted order, the
+// compiled grammar with its mask cache, and a matcher's state.
+#pragma once
+
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "model/grammar/matcher.h"
+#include "model/grammar/pushdown.h"
+
+namespace pagedserve::model::grammar {
+
+// The ids a grammar can allow by their bytes (not empty, not end tokens), sorted by bytes, so a
+// depth-first walk shares the work of common prefixes.
+struct TokenVocabulary::Trie {
+  std::vector<int32_t> ids;       // sorted by bytes
+  std::vector<uint32_t> offsets;  // bytes of ids[i]: data[offsets[i], offsets[i + 1])
+  std::string data;               // all bytes, in sorted order
+  std::vector<uint32_t> lcp;      // common prefix length of i with i - 1 (0 for i = 0)
+  std::vector<int32_t> end_ids;
+};
+
+// Masks cached by canonical state (StackSet flattened), least recently used dropped first once
+// their bytes pass the budget. Thread-safe.
+class MaskCache {
+ public:
+  using Key = std::vector<uint32_t>;
+  using Mask = std::vector<uint32_t>;
+  explicit MaskCache(size_t budget_bytes) : budget_bytes_(budget_bytes) {}
+
+  // Copies the mask into `out` and returns true on a hit.
+  bool lookup(const Key& key, std::span<uint32_t> out);
+  void insert(const Key& key, const std::span<const uint32_t> mask);
+  void clear();
+  size_t size() const;
+
+ private:
+  struct KeyHash {
+    size_t operator()(const Key& k) const noexcept;
+  };
+  struct Entry {
+    Mask mask;
+    std::list<Key>::iterator lru;
+  };
+  mutable std::mutex mutex_;
+  std::unordered_map<Key, Entry, KeyHash> entries_;
+  std::list<Key> lru_;  // front: most recent
+  size_t bytes_ = 0;
+  size_t budget_bytes_;
+};
+
+struct CompiledGrammar::Impl {
+  std::shared_ptr<const Grammar> grammar;
+  std::shared_ptr<const TokenVocabulary> vocab;
+  mutable MaskCache cache{64u << 20};  // shared by every matcher of this grammar
+  detail::StackSet start;              // the start state
+};
+
+struct GrammarMatcher::State {
+  detail::StackSet stacks;
+  bool terminated = false;
+  size_t num_tokens = 0;
+};
+
+namespace detail {
+
+// Canonical flat key of a state: for each stack its size then its positions.
+MaskCache::Key state_key(const StackSet& stacks);
+// The mask of `stacks` (not terminated) computed by walking the vocabulary: bits of tokens
+// whose bytes the automaton accepts, plus the end tokens when a stack is complete.
+void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const StackSet& stacks,
+                  std::span<uint32_t> mask);
+
+}  // namespace detail
+}  // namespace pagedserve::model::grammar
