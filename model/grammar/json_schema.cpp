@@ -20,19 +20,37 @@ constexpr int kMaxSchemaDepth = 64;
 
 // Ignored wherever they appear ($defs and definitions hold schemas reached by $ref).
 const std::set<std::string>& annotation_keywords() {
-  static const std::set<std::string> keys = {
-      "title",    "description", "default",  "examples",  "$schema",     "$id",
-      "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",       "definitions"};
+  static const std::set<std::string> keys = {"title",    "description", "default",  "examples",
+                                             "$schema",  "$id",         "$comment", "deprecated",
+                                             "readOnly", "writeOnly",   "$defs",    "definitions"};
   return keys;
 }
 
 const std::set<std::string>& supported_keywords() {
-  static const std::set<std::string> keys = {
-      "type",          "enum",        "const",       "anyOf",       "oneOf",
-      "allOf",         "$ref",        "properties",  "required",    "additionalProperties",
-      "items",         "prefixItems", "additionalItems", "minItems", "maxItems",
-      "uniqueItems",   "pattern",     "minLength",   "maxLength",   "format",
-      "minimum",       "maximum",     "exclusiveMinimum", "exclusiveMaximum"};
+  static const std::set<std::string> keys = {"type",
+                                             "enum",
+                                             "const",
+                                             "anyOf",
+                                             "oneOf",
+                                             "allOf",
+                                             "$ref",
+                                             "properties",
+                                             "required",
+                                             "additionalProperties",
+                                             "items",
+                                             "prefixItems",
+                                             "additionalItems",
+                                             "minItems",
+                                             "maxItems",
+                                             "uniqueItems",
+                                             "pattern",
+                                             "minLength",
+                                             "maxLength",
+                                             "format",
+                                             "minimum",
+                                             "maximum",
+                                             "exclusiveMinimum",
+                                             "exclusiveMaximum"};
   return keys;
 }
 
@@ -163,8 +181,8 @@ std::set<std::string> schema_types(const Json& schema, const std::string& pointe
 
 SchemaConverter::SchemaConverter(const Json& root, const JsonSchemaOptions& options)
     : root_(root), options_(options) {
-  names_ = {"root", "ws", "char", "string", "number", "integer", "value", "object", "member",
-            "array"};
+  names_ = {"root",    "ws",    "char",   "string", "number",
+            "integer", "value", "object", "member", "array"};
 }
 
 void SchemaConverter::fail(const std::string& pointer, const std::string& what) const {
@@ -388,7 +406,8 @@ std::string SchemaConverter::visit_enum(const Json& schema, const std::string& p
   }
   if (schema.contains("const") && schema.contains("enum")) {
     const Json& allowed = schema["enum"];
-    if (!allowed.is_array() || std::find(allowed.begin(), allowed.end(), values[0]) == allowed.end()) {
+    if (!allowed.is_array() ||
+        std::find(allowed.begin(), allowed.end(), values[0]) == allowed.end()) {
       fail(pointer, "const is not among the enum values");
     }
   }
@@ -397,13 +416,30 @@ std::string SchemaConverter::visit_enum(const Json& schema, const std::string& p
   for (const auto& value : values) {
     bool typed = std::any_of(types.begin(), types.end(),
                              [&](const std::string& t) { return value_has_type(value, t); });
-    std::string literal = gbnf_literal(canonical_json(value));
-    if (typed && std::find(alternatives.begin(), alternatives.end(), literal) == alternatives.end()) {
+    std::string literal = value_gbnf(value);
+    if (typed &&
+        std::find(alternatives.begin(), alternatives.end(), literal) == alternatives.end()) {
       alternatives.push_back(literal);
     }
   }
   if (alternatives.empty()) fail(pointer, "no enum/const value has the schema's type");
   return add_rule(hint, join(alternatives, " | "));
+}
+
+std::string SchemaConverter::value_gbnf(const Json& value) {
+  if (!value.is_array() && !value.is_object()) return gbnf_literal(canonical_json(value));
+  if (value.empty())
+    return gbnf_literal(value.is_array() ? "[" : "{") + " " + ws() +
+           gbnf_literal(value.is_array() ? "]" : "}");
+  std::string out = gbnf_literal(value.is_array() ? "[" : "{") + " " + ws();
+  bool first = true;
+  for (const auto& [key, item] : value.items()) {
+    if (!first) out += "\",\" " + ws();
+    if (value.is_object()) out += gbnf_literal(Json(key).dump()) + " \":\" " + ws();
+    out += value_gbnf(item) + " ";
+    first = false;
+  }
+  return "( " + out + gbnf_literal(value.is_array() ? "]" : "}") + " )";
 }
 
 std::string SchemaConverter::visit_types(const Json& schema, const std::string& pointer,

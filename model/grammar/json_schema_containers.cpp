@@ -99,8 +99,7 @@ class KeyExclusion {
 
   // A JSON string whose text is none of the names.
   std::string key_rule() {
-    return "\"\\\"\" ( " + continuations(0) + " )" + (may_end(nodes_[0]) ? "?" : "") +
-           " \"\\\"\"";
+    return "\"\\\"\" ( " + continuations(0) + " )" + (may_end(nodes_[0]) ? "?" : "") + " \"\\\"\"";
   }
 
  private:
@@ -154,10 +153,11 @@ class KeyExclusion {
 // follow additionalProperties). `excluded` gets every declared name, false ones included.
 std::vector<Property> declared_properties(SchemaConverter& converter, const Json& schema,
                                           const std::string& pointer, const std::string& hint,
-                                          const Json& additional, std::vector<std::string>& excluded) {
+                                          const Json& additional,
+                                          std::vector<std::string>& excluded) {
   Json required = schema.value("required", Json::array());
-  if (!required.is_array() || !std::all_of(required.begin(), required.end(),
-                                           [](const Json& n) { return n.is_string(); })) {
+  if (!required.is_array() ||
+      !std::all_of(required.begin(), required.end(), [](const Json& n) { return n.is_string(); })) {
     converter.fail(pointer_append(pointer, "required"), "required must be an array of strings");
   }
   auto is_required = [&](const std::string& name) {
@@ -185,9 +185,9 @@ std::vector<Property> declared_properties(SchemaConverter& converter, const Json
       continue;
     }
     if (additional == Json(false)) {
-      converter.fail(pointer_append(pointer, "required"),
-                     "required property '" + name + "' is not in properties and "
-                     "additionalProperties is false");
+      converter.fail(pointer_append(pointer, "required"), "required property '" + name +
+                                                              "' is not in properties and "
+                                                              "additionalProperties is false");
     }
     excluded.push_back(name);
     out.push_back({name, true,
@@ -220,8 +220,8 @@ std::string SchemaConverter::visit_object(const Json& schema, const std::string&
       for (const auto& name : excluded) exclusion.add(name);
       key = add_rule(hint + "-additional-key", exclusion.key_rule());
     }
-    std::string value = visit(additional, pointer_append(pointer, "additionalProperties"),
-                              hint + "-additional");
+    std::string value =
+        visit(additional, pointer_append(pointer, "additionalProperties"), hint + "-additional");
     extra = add_rule(hint + "-additional-kv", key + " \":\" " + ws() + value);
   }
   // rest[i]: what follows once something was written, from property i on (each after a comma).
@@ -297,8 +297,8 @@ std::string SchemaConverter::visit_array(const Json& schema, const std::string& 
   }
   std::vector<std::string> items;
   for (size_t i = 0; i < prefix.size() && prefix[i] != Json(false); ++i) {
-    items.push_back(visit(prefix[i], pointer_append(pointer_append(pointer, prefix_key),
-                                                   std::to_string(i)),
+    items.push_back(visit(prefix[i],
+                          pointer_append(pointer_append(pointer, prefix_key), std::to_string(i)),
                           hint + "-item"));
   }
   // Items past the prefix: none when a prefix item is false or the rest schema is false.
@@ -327,8 +327,8 @@ std::string SchemaConverter::visit_array(const Json& schema, const std::string& 
     } else {
       std::optional<int64_t> more_high;
       if (tail_high) more_high = *tail_high - 1;
-      std::string list = tail + " " + repeat(comma + tail, std::max<int64_t>(0, tail_low - 1),
-                                             more_high);
+      std::string list =
+          tail + " " + repeat(comma + tail, std::max<int64_t>(0, tail_low - 1), more_high);
       body += tail_low > 0 ? list + " " : "( " + list + " )? ";
     }
   }

@@ -76,6 +76,8 @@ class SchemaConverter {
   std::string visit_ref(const Json& schema, const std::string& pointer);
   std::string visit_any_of(const Json& schema, const std::string& pointer, const std::string& hint);
   std::string visit_enum(const Json& schema, const std::string& pointer, const std::string& hint);
+  // An enum/const value, with the whitespace the grammar allows elsewhere.
+  std::string value_gbnf(const Json& value);
   std::string visit_types(const Json& schema, const std::string& pointer, const std::string& hint);
   const Json& resolve(const std::string& ref, const std::string& pointer) const;
   Json merge(const Json& a, const Json& b, const std::string& pointer) const;
@@ -88,8 +90,8 @@ class SchemaConverter {
   std::vector<std::pair<std::string, std::string>> rules_;  // name, body; in definition order
   std::map<std::string, std::string> name_of_body_;
   std::set<std::string> names_;
-  std::map<std::string, std::string> ref_rule_;       // "#/$defs/x" -> rule name
-  std::map<std::string, int> refs_in_progress_;       // ref -> container_depth at entry
+  std::map<std::string, std::string> ref_rule_;  // "#/$defs/x" -> rule name
+  std::map<std::string, int> refs_in_progress_;  // ref -> container_depth at entry
   int visit_depth_ = 0;
   int num_regexes_ = 0;
   std::string raw_rules_;

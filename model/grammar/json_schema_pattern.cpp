@@ -26,8 +26,8 @@ struct PatternWriter {
   size_t pos = 0;
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw GrammarError("json schema at " + pointer + ": pattern column " +
-                       std::to_string(pos + 1) + ": " + what);
+    throw GrammarError("json schema at " + pointer + ": pattern column " + std::to_string(pos + 1) +
+                       ": " + what);
   }
 
   static bool is_safe(char32_t c) { return c >= 0x20 && c != '"' && c != '\\'; }
@@ -70,20 +70,40 @@ struct PatternWriter {
   std::vector<std::pair<char32_t, char32_t>> class_escape() {
     char e = pattern[pos++];
     switch (e) {
-      case 'd': return {{'0', '9'}};
-      case 'w': return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
-      case 's': return {{' ', ' '}, {'\t', '\r'}};
-      case 'n': return {{'\n', '\n'}};
-      case 't': return {{'\t', '\t'}};
-      case 'r': return {{'\r', '\r'}};
-      case 'f': return {{'\f', '\f'}};
-      case 'v': return {{'\v', '\v'}};
-      case 'b': return {{'\b', '\b'}};
-      case '0': return {{0, 0}};
-      case 'x': { char32_t c = hex_escape(2); return {{c, c}}; }
-      case 'u': { char32_t c = hex_escape(4); return {{c, c}}; }
-      case 'D': case 'W': case 'S': fail(std::string("\\") + e + " inside a class");
-      default: return {{static_cast<unsigned char>(e), static_cast<unsigned char>(e)}};
+      case 'd':
+        return {{'0', '9'}};
+      case 'w':
+        return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
+      case 's':
+        return {{' ', ' '}, {'\t', '\r'}};
+      case 'n':
+        return {{'\n', '\n'}};
+      case 't':
+        return {{'\t', '\t'}};
+      case 'r':
+        return {{'\r', '\r'}};
+      case 'f':
+        return {{'\f', '\f'}};
+      case 'v':
+        return {{'\v', '\v'}};
+      case 'b':
+        return {{'\b', '\b'}};
+      case '0':
+        return {{0, 0}};
+      case 'x': {
+        char32_t c = hex_escape(2);
+        return {{c, c}};
+      }
+      case 'u': {
+        char32_t c = hex_escape(4);
+        return {{c, c}};
+      }
+      case 'D':
+      case 'W':
+      case 'S':
+        fail(std::string("\\") + e + " inside a class");
+      default:
+        return {{static_cast<unsigned char>(e), static_cast<unsigned char>(e)}};
     }
   }
 
@@ -105,8 +125,8 @@ struct PatternWriter {
       if (item.size() == 1 && item[0].first == item[0].second && pos + 1 < pattern.size() &&
           pattern[pos] == '-' && pattern[pos + 1] != ']') {
         ++pos;
-        char32_t high = pattern[pos] == '\\' && ++pos < pattern.size() ? class_escape()[0].first
-                                                                        : utf8_char();
+        char32_t high =
+            pattern[pos] == '\\' && ++pos < pattern.size() ? class_escape()[0].first : utf8_char();
         if (high < item[0].first) fail("class range out of order");
         item[0].second = high;
       }
@@ -127,8 +147,8 @@ struct PatternWriter {
   std::string positive_class(const std::vector<std::pair<char32_t, char32_t>>& ranges) {
     std::string out;
     for (auto [low, high] : ranges) {  // each range minus \x00-\x1f, '"' and '\'
-      for (auto [cut_low, cut_high] : {std::pair<char32_t, char32_t>{0x20, 0x21},
-                                       {0x23, 0x5B}, {0x5D, 0x10FFFF}}) {
+      for (auto [cut_low, cut_high] :
+           {std::pair<char32_t, char32_t>{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}}) {
         char32_t a = std::max(low, cut_low), b = std::min(high, cut_high);
         if (a <= b) out += class_char(a) + (a == b ? "" : "-" + class_char(b));
       }
@@ -141,19 +161,37 @@ struct PatternWriter {
   std::string escape() {
     char e = pattern[pos];
     switch (e) {
-      case 's': ++pos; return " ";
-      case 'D': ++pos; return R"([^0-9"\\\x00-\x1f])";
-      case 'W': ++pos; return R"([^0-9A-Za-z_"\\\x00-\x1f])";
-      case 'S': ++pos; return R"([^ "\\\x00-\x1f])";
-      case 'x': case 'u': {
+      case 's':
+        ++pos;
+        return " ";
+      case 'D':
+        ++pos;
+        return R"([^0-9"\\\x00-\x1f])";
+      case 'W':
+        ++pos;
+        return R"([^0-9A-Za-z_"\\\x00-\x1f])";
+      case 'S':
+        ++pos;
+        return R"([^ "\\\x00-\x1f])";
+      case 'x':
+      case 'u': {
         ++pos;
         char32_t c = hex_escape(e == 'x' ? 2 : 4);
         if (!is_safe(c)) fail("a character that JSON escapes");
         return "[" + class_char(c) + "]";
       }
-      case '\\': case '"': case 'n': case 'r': case 't': case 'f': case 'v': case '0':
+      case '\\':
+      case '"':
+      case 'n':
+      case 'r':
+      case 't':
+      case 'f':
+      case 'v':
+      case '0':
         fail("a character that JSON escapes");
-      default: ++pos; return std::string("\\") + e;
+      default:
+        ++pos;
+        return std::string("\\") + e;
     }
   }
 

@@ -33,7 +33,9 @@ std::string same_length_range(std::string_view low, std::string_view high) {
   if (low.empty()) return "";
   if (low == high) return "\"" + std::string(low) + "\"";
   std::string_view low_rest = low.substr(1), high_rest = high.substr(1);
-  auto join = [](const std::string& a, const std::string& b) { return b.empty() ? a : a + " " + b; };
+  auto join = [](const std::string& a, const std::string& b) {
+    return b.empty() ? a : a + " " + b;
+  };
   if (low[0] == high[0]) {
     return join(digit_class(low[0], low[0]), same_length_range(low_rest, high_rest));
   }
@@ -53,7 +55,8 @@ std::string same_length_range(std::string_view low, std::string_view high) {
   }
   if (!all_of_char(high_rest, '9')) {
     std::string zeros(high_rest.size(), '0');
-    alternatives.push_back(join(digit_class(high[0], high[0]), same_length_range(zeros, high_rest)));
+    alternatives.push_back(
+        join(digit_class(high[0], high[0]), same_length_range(zeros, high_rest)));
   }
   std::string out = "( ";
   for (size_t i = 0; i < alternatives.size(); ++i) out += (i ? " | " : "") + alternatives[i];
@@ -67,7 +70,8 @@ std::vector<std::string> natural_range(int64_t low, std::optional<int64_t> high)
   size_t last_length = high ? std::to_string(*high).size() : low_text.size();
   for (size_t length = low_text.size(); length <= last_length; ++length) {
     std::string from = length == low_text.size() ? low_text : "1" + std::string(length - 1, '0');
-    std::string to = high && length == last_length ? std::to_string(*high) : std::string(length, '9');
+    std::string to =
+        high && length == last_length ? std::to_string(*high) : std::string(length, '9');
     out.push_back(same_length_range(from, to));
   }
   if (!high) out.push_back("[1-9] [0-9]{" + std::to_string(low_text.size()) + ",}");
@@ -104,7 +108,8 @@ namespace {
 std::optional<int64_t> integer_bound(const SchemaConverter& converter, const Json& schema,
                                      const std::string& pointer, bool lower, std::string& keyword) {
   std::optional<int64_t> bound;
-  for (std::string key : {lower ? "minimum" : "maximum", lower ? "exclusiveMinimum" : "exclusiveMaximum"}) {
+  for (std::string key :
+       {lower ? "minimum" : "maximum", lower ? "exclusiveMinimum" : "exclusiveMaximum"}) {
     if (!schema.contains(key)) continue;
     const Json& value = schema[key];
     if (!value.is_number()) {
@@ -158,9 +163,9 @@ std::string format_gbnf(const std::string& format) {
   static const std::string two_digit_hour = R"(( [01] [0-9] | "2" [0-3] ))";
   static const std::string date =
       R"([0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ))";
-  static const std::string time = two_digit_hour + R"( ":" [0-5] [0-9] ":" ( [0-5] [0-9] | "60" ))" +
-                                  R"( ( "." [0-9]+ )? ( [zZ] | [-+] )" + two_digit_hour +
-                                  R"( ":" [0-5] [0-9] ))";
+  static const std::string time =
+      two_digit_hour + R"( ":" [0-5] [0-9] ":" ( [0-5] [0-9] | "60" ))" +
+      R"( ( "." [0-9]+ )? ( [zZ] | [-+] )" + two_digit_hour + R"( ":" [0-5] [0-9] ))";
   static const std::string hex = "[0-9a-fA-F]";
   // Approximate email: dot-atoms around "@" and a domain of dotted labels (no quoted local
   // parts, no IP literals).
@@ -206,8 +211,12 @@ std::string SchemaConverter::visit_string(const Json& schema, const std::string&
     std::string at = pointer_append(pointer, "pattern");
     if (!schema["pattern"].is_string()) fail(at, "pattern must be a string");
     std::string prefix = next_regex_prefix();
-    add_raw_rules(regex_to_gbnf(json_content_regex(schema["pattern"].get<std::string>(), at),
-                                prefix));
+    std::string regex = json_content_regex(schema["pattern"].get<std::string>(), at);
+    try {
+      add_raw_rules(regex_to_gbnf(regex, prefix));
+    } catch (const GrammarError& error) {  // columns count in the rewritten pattern
+      fail(at, std::string(error.what()) + " (in the pattern as rewritten: " + regex + ")");
+    }
     return add_rule(hint + "-pattern", quote + " " + prefix + " " + quote);
   }
   if (!has_length) return core("string");
