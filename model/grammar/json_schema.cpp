@@ -157,6 +157,21 @@ std::string canonical_json(const Json& value) {
   return value.dump();
 }
 
+std::optional<int64_t> count_keyword(const SchemaConverter& converter, const Json& schema,
+                                     const std::string& pointer, const std::string& key) {
+  if (!schema.contains(key)) return std::nullopt;
+  const Json& value = schema[key];
+  std::string at = pointer_append(pointer, key);
+  if (!value.is_number() || value.get<double>() < 0 ||
+      value.get<double>() != std::floor(value.get<double>())) {
+    converter.fail(at, key + " must be a count >= 0");
+  }
+  if (value.get<double>() > static_cast<double>(kMaxCount)) {
+    converter.fail(at, key + " " + value.dump() + " is over " + std::to_string(kMaxCount));
+  }
+  return static_cast<int64_t>(value.get<double>());
+}
+
 std::set<std::string> schema_types(const Json& schema, const std::string& pointer,
                                    const SchemaConverter& converter) {
   static const std::set<std::string> all = {"null",   "boolean", "object", "array",
@@ -273,7 +288,12 @@ std::string SchemaConverter::convert() {
   std::string body = visit(root_, "", "root");
   std::string text = "root ::= " + body + "\n";
   for (const auto& [name, rule_body] : rules_) text += name + " ::= " + rule_body + "\n";
-  return text + raw_rules_;
+  text += raw_rules_;
+  if (text.size() > kMaxGrammarBytes) {
+    fail("", "the grammar would be " + std::to_string(text.size()) + " bytes, more than " +
+                 std::to_string(kMaxGrammarBytes));
+  }
+  return text;
 }
 
 std::string SchemaConverter::visit(const Json& schema, const std::string& pointer,
@@ -426,8 +446,9 @@ std::string SchemaConverter::visit_enum(const Json& schema, const std::string& p
   return add_rule(hint, join(alternatives, " | "));
 }
 
-std::string SchemaConverter::value_gbnf(const Json& value) {
+std::string SchemaConverter::value_gbnf(const Json& value, int depth) {
   if (!value.is_array() && !value.is_object()) return gbnf_literal(canonical_json(value));
+  if (depth > kMaxSchemaDepth) fail("", "an enum/const value nested too deep");
   if (value.empty())
     return gbnf_literal(value.is_array() ? "[" : "{") + " " + ws() +
            gbnf_literal(value.is_array() ? "]" : "}");
@@ -436,7 +457,7 @@ std::string SchemaConverter::value_gbnf(const Json& value) {
   for (const auto& [key, item] : value.items()) {
     if (!first) out += "\",\" " + ws();
     if (value.is_object()) out += gbnf_literal(Json(key).dump()) + " \":\" " + ws();
-    out += value_gbnf(item) + " ";
+    out += value_gbnf(item, depth + 1) + " ";
     first = false;
   }
   return "( " + out + gbnf_literal(value.is_array() ? "]" : "}") + " )";

@@ -77,7 +77,7 @@ class SchemaConverter {
   std::string visit_any_of(const Json& schema, const std::string& pointer, const std::string& hint);
   std::string visit_enum(const Json& schema, const std::string& pointer, const std::string& hint);
   // An enum/const value, with the whitespace the grammar allows elsewhere.
-  std::string value_gbnf(const Json& value);
+  std::string value_gbnf(const Json& value, int depth = 0);
   std::string visit_types(const Json& schema, const std::string& pointer, const std::string& hint);
   const Json& resolve(const std::string& ref, const std::string& pointer) const;
   Json merge(const Json& a, const Json& b, const std::string& pointer) const;
@@ -96,6 +96,12 @@ class SchemaConverter {
   int num_regexes_ = 0;
   std::string raw_rules_;
 };
+
+// minItems/maxItems/minLength/maxLength: a count >= 0 (1.0 counts), at most kMaxCount (GBNF
+// repetition bounds stop there); nullopt when absent.
+inline constexpr int64_t kMaxCount = 100'000;
+std::optional<int64_t> count_keyword(const SchemaConverter& converter, const Json& schema,
+                                     const std::string& pointer, const std::string& key);
 
 // Schema types as a set of names; "integer" is dropped when "number" is there.
 std::set<std::string> schema_types(const Json& schema, const std::string& pointer,

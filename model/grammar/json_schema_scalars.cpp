@@ -220,17 +220,8 @@ std::string SchemaConverter::visit_string(const Json& schema, const std::string&
     return add_rule(hint + "-pattern", quote + " " + prefix + " " + quote);
   }
   if (!has_length) return core("string");
-  auto count = [&](const char* key) -> std::optional<int64_t> {
-    if (!schema.contains(key)) return std::nullopt;
-    const Json& value = schema[key];
-    if (!value.is_number() || value.get<double>() < 0 ||
-        value.get<double>() != std::floor(value.get<double>())) {
-      fail(pointer_append(pointer, key), std::string(key) + " must be a count >= 0");
-    }
-    return value.get<int64_t>();
-  };
-  int64_t low = count("minLength").value_or(0);
-  std::optional<int64_t> high = count("maxLength");
+  int64_t low = count_keyword(*this, schema, pointer, "minLength").value_or(0);
+  std::optional<int64_t> high = count_keyword(*this, schema, pointer, "maxLength");
   if (high && low > *high) {
     fail(pointer, "minLength " + std::to_string(low) + " > maxLength " + std::to_string(*high));
   }

@@ -283,10 +283,24 @@ TEST(JsonSchemaTest, RefusalsNamePointerAndKeyword) {
       {R"({"type": "object", "required": ["x"], "additionalProperties": false})",
        "json schema at /required: required property 'x' is not in properties"},
       {R"({"type": "boolen"})", "json schema at /type: unknown type \"boolen\""},
+      {R"({"type": "string", "maxLength": 100001})",
+       "json schema at /maxLength: maxLength 100001 is over 100000"},
+      {R"({"type": "array", "minItems": -1})", "json schema at /minItems: minItems must be a"},
+      {R"({"allOf": [{"type": "string"}, {"type": "integer"}]})",
+       "json schema at /allOf/1: the types of allOf members do not intersect"},
+      {R"({"allOf": [{"pattern": "a"}, {"pattern": "b"}]})",
+       "json schema at /allOf/1: members disagree on 'pattern'"},
+      {R"({"properties": {"a": {}}, "additionalProperties": false,
+           "anyOf": [{"properties": {"b": {}}}]})",
+       "json schema at /anyOf/0: additionalProperties of one member would constrain property"},
   };
   for (const auto& [schema, expected] : cases) {
     EXPECT_EQ(refusal(schema).rfind(expected, 0), 0u) << schema << " -> " << refusal(schema);
   }
+  std::string long_name = R"({"type": "object", "additionalProperties": true, "properties": {")" +
+                          std::string(300, 'n') + R"(": {}}})";
+  EXPECT_EQ(refusal(long_name).rfind("json schema at /additionalProperties: property name", 0), 0u)
+      << refusal(long_name);
   std::string big = R"({"enum": [")" + std::string(kMaxJsonSchemaBytes, 'x') + "\"]}";
   EXPECT_EQ(refusal(big).rfind("json schema at /: schema is ", 0), 0u) << refusal(big);
 }
