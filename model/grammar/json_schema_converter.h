@@ -37,6 +37,16 @@ std::string integer_range_gbnf(std::optional<int64_t> lo, std::optional<int64_t>
 // holds unescaped (json_schema_pattern.cpp). Throws GrammarError naming `pointer`.
 std::string json_content_regex(std::string_view pattern, const std::string& pointer);
 
+// One bound of a number range: the bound's JSON text (e.g. "-1.5", "2e3"), exclusive or not.
+struct NumberBound {
+  std::string text;
+  bool strict = false;
+};
+// GBNF expression for the plain decimals (no exponent) in the range (json_schema_numbers.cpp);
+// nullopt when the range is empty. The integer parts of the bounds must be below 1e18.
+std::optional<std::string> number_range_gbnf(const std::optional<NumberBound>& lo,
+                                             const std::optional<NumberBound>& hi);
+
 class SchemaConverter {
  public:
   SchemaConverter(const Json& root, const JsonSchemaOptions& options);
