@@ -143,26 +143,26 @@ void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const St
   const TokenVocabulary::Trie& trie = vocab.trie();
   thread_local LazyDfa dfa;
   thread_local std::vector<int32_t> level;  // level[d]: the state after d bytes of the token
-  level.assign(1, dfa.reset(grammar, stacks));
+  if (level.empty()) level.resize(64);
+  level[0] = dfa.reset(grammar, stacks);
   const bool can_end = dfa.can_end(level[0]);
 
   size_t depth = 0;  // levels 0..depth are valid
   const size_t n = trie.ids.size();
+  const auto* data = reinterpret_cast<const uint8_t*>(trie.data.data());
+  const uint32_t* offsets = trie.offsets.data();
+  const uint32_t* lcp = trie.lcp.data();
   for (size_t i = 0; i < n;) {
-    const auto* bytes = reinterpret_cast<const uint8_t*>(trie.data.data()) + trie.offsets[i];
-    const size_t len = trie.offsets[i + 1] - trie.offsets[i];
-    size_t d = std::min<size_t>(trie.lcp[i], depth);
-    level.resize(d + 1);
-    bool alive = true;
+    const uint8_t* bytes = data + offsets[i];
+    const size_t len = offsets[i + 1] - offsets[i];
+    if (level.size() < len + 1) level.resize(len + 1);
+    size_t d = std::min<size_t>(lcp[i], depth);
     for (; d < len; ++d) {
       const int32_t next = dfa.step(level[d], bytes[d]);
-      if (next == LazyDfa::kDead) {
-        alive = false;
-        break;
-      }
-      level.push_back(next);
+      if (next == LazyDfa::kDead) break;
+      level[d + 1] = next;
     }
-    if (alive) {
+    if (d == len) {
       const int32_t id = trie.ids[i];
       mask[id >> 5] |= uint32_t{1} << (id & 31);
       depth = len;
@@ -171,7 +171,7 @@ void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const St
     }
     // Bytes [0, d] are rejected: so is every following token that starts with them.
     depth = d;
-    for (++i; i < n && trie.lcp[i] > d; ++i) {
+    for (++i; i < n && lcp[i] > d; ++i) {
     }
   }
   if (can_end)
