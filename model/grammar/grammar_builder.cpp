@@ -1,8 +1,8 @@
 // GrammarBuilder: rules as the parser defines them, classes as UTF-8 byte sequences, repetitions
 // as helper rules, then the checks (left recursion) and the flattening into a Grammar.
 #include <algorithm>
-#include <functional>
 #include <optional>
+#include <tuple>
 
 #include "model/grammar/grammar_ir.h"
 
@@ -11,7 +11,7 @@ namespace pagedserve::model::grammar::detail {
 namespace {
 
 // Elements in one grammar, all rules together (guards against repetition blow-ups).
-constexpr size_t kMaxElements = 4'000'000;
+constexpr size_t kMaxElements = 4'000'000;  // < 2^24 (kSubShift)
 
 }  // namespace
 
@@ -74,40 +74,70 @@ void GrammarBuilder::append_literal(Sequence& out, std::string_view utf8) {
   count_elements(utf8.size());
 }
 
+std::optional<Element> GrammarBuilder::utf8_class(const std::vector<Utf8Sequence>& seqs) {
+  Utf8Class dfa;
+  dfa.next.emplace_back();
+  dfa.next[0].fill(Utf8Class::kReject);
+  std::map<std::tuple<uint8_t, uint8_t, uint8_t>, uint8_t> children;  // (state, lo, hi) -> state
+  for (const Utf8Sequence& seq : seqs) {
+    uint8_t state = 0;
+    for (size_t i = 0; i < seq.size(); ++i) {
+      const ByteRange r = seq[i];
+      uint8_t target = Utf8Class::kAccept;
+      if (i + 1 < seq.size()) {
+        auto [it, inserted] = children.emplace(std::tuple{state, r.lo, r.hi}, 0);
+        if (inserted) {
+          if (dfa.next.size() >= Utf8Class::kAccept) return std::nullopt;
+          it->second = static_cast<uint8_t>(dfa.next.size());
+          dfa.next.emplace_back();
+          dfa.next.back().fill(Utf8Class::kReject);
+        }
+        target = it->second;
+      }
+      for (unsigned b = r.lo; b <= r.hi; ++b) {
+        uint8_t& cell = dfa.next[state][b];
+        if (cell != Utf8Class::kReject && cell != target) return std::nullopt;
+        cell = target;
+      }
+      state = target;
+    }
+  }
+  classes_.push_back(std::move(dfa));
+  return Element{ElementKind::kClass, static_cast<uint32_t>(classes_.size() - 1)};
+}
+
 void GrammarBuilder::append_class(Sequence& out, std::vector<CodePointRange> ranges,
                                   std::string_view base) {
-  if (auto it = class_rules_.find(ranges); it != class_rules_.end()) {
-    out.push_back({ElementKind::kRule, it->second});
+  if (auto it = class_elements_.find(ranges); it != class_elements_.end()) {
+    out.push_back(it->second);
+    count_elements(1);
     return;
   }
-  // One alternative for all one-byte code points, one per longer byte sequence.
-  std::vector<Sequence> alternatives;
-  ByteSet ascii;
-  bool has_ascii = false;
-  for (const Utf8Sequence& seq : utf8_sequences(ranges)) {
-    if (seq.size() == 1) {
-      ascii.set_range(seq[0].lo, seq[0].hi);
-      has_ascii = true;
-      continue;
+  const std::vector<Utf8Sequence> seqs = utf8_sequences(ranges);
+  Element element;
+  if (seqs.empty()) {  // matches nothing: a rule without alternatives
+    element = {ElementKind::kRule, helper(base, {})};
+  } else if (std::all_of(seqs.begin(), seqs.end(), [](auto& s) { return s.size() == 1; })) {
+    ByteSet ascii;
+    for (const Utf8Sequence& seq : seqs) ascii.set_range(seq[0].lo, seq[0].hi);
+    element = {ElementKind::kBytes, byte_set(ascii)};
+  } else if (auto dfa = utf8_class(seqs)) {
+    element = *dfa;
+  } else {  // one alternative per byte sequence
+    std::vector<Sequence> alternatives;
+    for (const Utf8Sequence& seq : seqs) {
+      Sequence alt;
+      for (const ByteRange& r : seq) {
+        ByteSet set;
+        set.set_range(r.lo, r.hi);
+        alt.push_back({ElementKind::kBytes, byte_set(set)});
+      }
+      alternatives.push_back(std::move(alt));
     }
-    Sequence alt;
-    for (const ByteRange& r : seq) {
-      ByteSet set;
-      set.set_range(r.lo, r.hi);
-      alt.push_back({ElementKind::kBytes, byte_set(set)});
-    }
-    alternatives.push_back(std::move(alt));
+    element = {ElementKind::kRule, helper(base, std::move(alternatives))};
   }
-  if (has_ascii)
-    alternatives.insert(alternatives.begin(), {{ElementKind::kBytes, byte_set(ascii)}});
-  if (alternatives.size() == 1) {
-    out.insert(out.end(), alternatives[0].begin(), alternatives[0].end());
-    count_elements(alternatives[0].size());
-    return;
-  }
-  const uint32_t id = helper(base, std::move(alternatives));
-  class_rules_.emplace(std::move(ranges), id);
-  out.push_back({ElementKind::kRule, id});
+  class_elements_.emplace(std::move(ranges), element);
+  out.push_back(element);
   count_elements(1);
 }
 
@@ -157,25 +187,41 @@ void GrammarBuilder::check_left_recursion() const {
     }
   }
   // Edges r -> q where q is referenced after a nullable prefix; a cycle is left recursion.
-  std::vector<char> color(rules_.size(), 0);  // 0 new, 1 on the path, 2 done
-  std::function<void(size_t)> visit = [&](size_t r) {
-    color[r] = 1;
+  std::vector<std::vector<uint32_t>> edges(rules_.size());
+  for (size_t r = 0; r < rules_.size(); ++r) {
     for (const Sequence& s : rules_[r].alternatives) {
       for (size_t i = 0; i < s.size() && s[i].kind == ElementKind::kRule; ++i) {
-        const uint32_t q = s[i].index;
-        if (color[q] == 1)
-          throw GrammarError("left recursion in rule '" + rules_[q].name +
-                             "': it can reach itself without matching a byte (the matcher "
-                             "cannot run it; rewrite it right-recursive, or check for a "
-                             "repetition of something that can be empty)");
-        if (color[q] == 0) visit(q);
-        if (!nullable[q]) break;
+        edges[r].push_back(s[i].index);
+        if (!nullable[s[i].index]) break;
       }
     }
-    color[r] = 2;
-  };
-  for (size_t r = 0; r < rules_.size(); ++r)
-    if (color[r] == 0) visit(r);
+  }
+  // Iterative depth-first search (repetition chains can be 100,000 rules deep).
+  std::vector<char> color(rules_.size(), 0);      // 0 new, 1 on the path, 2 done
+  std::vector<std::pair<uint32_t, size_t>> path;  // (rule, next edge)
+  for (size_t root = 0; root < rules_.size(); ++root) {
+    if (color[root] != 0) continue;
+    path.push_back({static_cast<uint32_t>(root), 0});
+    color[root] = 1;
+    while (!path.empty()) {
+      auto& [r, next] = path.back();
+      if (next == edges[r].size()) {
+        color[r] = 2;
+        path.pop_back();
+        continue;
+      }
+      const uint32_t q = edges[r][next++];
+      if (color[q] == 1)
+        throw GrammarError("left recursion in rule '" + rules_[q].name +
+                           "': it can reach itself without matching a byte (the matcher "
+                           "cannot run it; rewrite it right-recursive, or check for a "
+                           "repetition of something that can be empty)");
+      if (color[q] == 0) {
+        color[q] = 1;
+        path.push_back({q, 0});
+      }
+    }
+  }
 }
 
 std::shared_ptr<const Grammar> GrammarBuilder::finish_checked(std::string_view root) {
@@ -186,6 +232,7 @@ std::shared_ptr<const Grammar> GrammarBuilder::finish_checked(std::string_view r
   check_left_recursion();
   auto g = std::make_shared<Grammar>();
   g->byte_sets = byte_sets_;
+  g->classes = classes_;
   g->root = root_it->second;
   for (const Rule& rule : rules_) {
     g->rule_names.push_back(rule.name);

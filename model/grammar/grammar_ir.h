@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -33,8 +34,25 @@ struct ByteSet {
 enum class ElementKind : uint8_t {
   kEnd,    // end of an alternative: return to the caller
   kBytes,  // one byte of the set `index`
+  kClass,  // one code point of the UTF-8 class `index` (a small DFA over its bytes)
   kRule,   // a reference to rule `index`
 };
+
+inline bool is_terminal(ElementKind k) {
+  return k == ElementKind::kBytes || k == ElementKind::kClass;
+}
+
+// A class of code points with multi-byte members as a DFA over bytes: next[state][byte] is the
+// next state, kReject or kAccept (a whole code point read). State 0 is the start. A stack whose
+// top is inside a code point keeps the state in the top bits of its position (kSubShift).
+struct Utf8Class {
+  static constexpr uint8_t kReject = 0;
+  static constexpr uint8_t kAccept = 255;
+  std::vector<std::array<uint8_t, 256>> next;
+};
+
+inline constexpr uint32_t kSubShift = 24;  // positions < 2^24; the DFA state above
+inline constexpr uint32_t kPosMask = (uint32_t{1} << kSubShift) - 1;
 
 struct Element {
   ElementKind kind = ElementKind::kEnd;
@@ -51,6 +69,7 @@ class Grammar {
  public:
   std::vector<detail::Element> elements;
   std::vector<detail::ByteSet> byte_sets;
+  std::vector<detail::Utf8Class> classes;
   std::vector<std::vector<uint32_t>> rule_alternatives;  // rule -> start positions
   std::vector<std::string> rule_names;
   uint32_t root = 0;
@@ -97,6 +116,9 @@ class GrammarBuilder {
     size_t first_reference = 0;
   };
   uint32_t byte_set(const ByteSet& set);
+  // The DFA of `seqs` as a kClass element; nullopt when it does not fit (over 254 states, or
+  // sequences whose byte ranges overlap without being equal).
+  std::optional<Element> utf8_class(const std::vector<Utf8Sequence>& seqs);
   uint32_t new_rule(std::string name);
   std::shared_ptr<const Grammar> finish_checked(std::string_view root);
   void check_left_recursion() const;
@@ -106,7 +128,8 @@ class GrammarBuilder {
   std::unordered_map<std::string, uint32_t> rule_ids_;
   std::map<ByteSet, uint32_t> byte_set_ids_;
   std::vector<ByteSet> byte_sets_;
-  std::map<std::vector<CodePointRange>, uint32_t> class_rules_;
+  std::map<std::vector<CodePointRange>, Element> class_elements_;
+  std::vector<Utf8Class> classes_;
   std::map<std::string, int> helper_counts_;
   size_t num_elements_ = 0;
 };

@@ -40,8 +40,8 @@ class TokenVocabulary {
 // A grammar bound to a vocabulary, with the cache of masks shared by all its matchers.
 class CompiledGrammar {
  public:
-  static std::shared_ptr<const CompiledGrammar> compile(std::shared_ptr<const Grammar> grammar,
-                                                        std::shared_ptr<const TokenVocabulary> vocab);
+  static std::shared_ptr<const CompiledGrammar> compile(
+      std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenVocabulary> vocab);
   ~CompiledGrammar();
   const Grammar& grammar() const;
   const TokenVocabulary& vocabulary() const;

@@ -13,7 +13,7 @@ void PushdownArena::closure(uint32_t pos, uint32_t parent, std::vector<uint32_t>
   const std::vector<Element>& el = g_->elements;
   for (;;) {
     const Element e = el[pos];
-    if (e.kind == ElementKind::kBytes) {
+    if (is_terminal(e.kind)) {
       heads.push_back(push(pos, parent));
       return;
     }
@@ -54,27 +54,61 @@ void PushdownArena::advance(std::vector<uint32_t>& heads, size_t begin, size_t e
     const uint32_t h = heads[i];
     if (h == kNoNode) continue;
     const StackNode n = nodes_[h];
-    if (!g_->byte_sets[el[n.pos].index].test(byte)) continue;
-    if (el[n.pos + 1].kind == ElementKind::kBytes) {
-      heads.push_back(push(n.pos + 1, n.parent));
+    const uint32_t pos = n.pos & kPosMask;
+    const Element e = el[pos];
+    if (e.kind == ElementKind::kBytes) {
+      if (!g_->byte_sets[e.index].test(byte)) continue;
+    } else {  // kClass: one step of its DFA
+      const uint8_t next = g_->classes[e.index].next[n.pos >> kSubShift][byte];
+      if (next == Utf8Class::kReject) continue;
+      if (next != Utf8Class::kAccept) {
+        heads.push_back(push(pos | (uint32_t{next} << kSubShift), n.parent));
+        continue;
+      }
+    }
+    if (is_terminal(el[pos + 1].kind)) {
+      heads.push_back(push(pos + 1, n.parent));
     } else {
-      closure(n.pos + 1, n.parent, heads);
+      closure(pos + 1, n.parent, heads);
     }
   }
   if (heads.size() - out > 1) dedupe(heads, out);
 }
 
 // Removes heads equal in (position, parent node); equal stacks with different parent nodes
-// stay (extract merges them), which only costs time.
+// stay (extract merges them), which only costs time. Few heads: pairwise; many: stamps by top
+// position first, pairwise only among heads with the same top position.
 void PushdownArena::dedupe(std::vector<uint32_t>& heads, size_t begin) {
-  const auto key = [this](uint32_t h) {
-    return h == kNoNode ? uint64_t{0} : ((uint64_t{nodes_[h].pos} + 1) << 32) | nodes_[h].parent;
-  };
-  auto first = heads.begin() + static_cast<std::ptrdiff_t>(begin);
-  std::sort(first, heads.end(), [&](uint32_t a, uint32_t b) { return key(a) < key(b); });
-  heads.erase(
-      std::unique(first, heads.end(), [&](uint32_t a, uint32_t b) { return key(a) == key(b); }),
-      heads.end());
+  size_t kept = begin;
+  const size_t n = heads.size() - begin;
+  if (n <= 8) {
+    for (size_t r = begin; r < heads.size(); ++r) {
+      bool dup = false;
+      for (size_t k = begin; k < kept && !dup; ++k) dup = same(heads[k], heads[r]);
+      if (!dup) heads[kept++] = heads[r];
+    }
+    heads.resize(kept);
+    return;
+  }
+  if (stamps_.size() != g_->elements.size() + 1) {
+    stamps_.assign(g_->elements.size() + 1, 0);
+    stamp_ = 0;
+  }
+  if (++stamp_ == 0) {
+    std::fill(stamps_.begin(), stamps_.end(), 0);
+    stamp_ = 1;
+  }
+  for (size_t r = begin; r < heads.size(); ++r) {
+    const uint32_t h = heads[r];
+    const size_t slot = h == kNoNode ? g_->elements.size() : (nodes_[h].pos & kPosMask);
+    bool dup = false;
+    if (stamps_[slot] == stamp_) {
+      for (size_t k = begin; k < kept && !dup; ++k) dup = same(heads[k], h);
+    }
+    stamps_[slot] = stamp_;
+    if (!dup) heads[kept++] = h;
+  }
+  heads.resize(kept);
 }
 
 StackSet PushdownArena::extract(const std::vector<uint32_t>& heads, size_t begin,

@@ -1,0 +1,184 @@
+// Token masks against brute force on real vocabularies (Llama 2, SmolLM2): in random reachable
+// states of several grammars, the mask must equal, id by id, whether a copy of the matcher
+// accepts the token (end tokens: can_end()). Also: cache hits give the same mask, masks from
+// several threads agree, termination allows nothing.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/grammar/matcher_impl.h"
+#include "model/tokenizer/tokenizer.h"
+#include "tests/model/grammar/grammar_test_util.h"
+#include "tests/test_paths.h"
+
+namespace pagedserve::model::grammar {
+namespace {
+
+std::shared_ptr<const TokenVocabulary> load_vocabulary(const std::string& name) {
+  const Tokenizer tok =
+      Tokenizer::from_dir(pagedserve::testing::shared_dir() / "tokenizers" / name);
+  std::vector<std::string> bytes(tok.vocab_size());
+  std::vector<int32_t> end_ids;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    if (tok.is_special(id)) {
+      end_ids.push_back(id);  // every special id ends here (the tests need only some)
+    } else {
+      bytes[id] = tok.token_bytes(id);
+    }
+  }
+  return std::make_shared<const TokenVocabulary>(std::move(bytes), std::move(end_ids));
+}
+
+const char* const kJsonGrammar = R"(
+root ::= object
+value ::= object | array | string | number | ("true" | "false" | "null") ws
+object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
+array ::= "[" ws ( value ("," ws value)* )? "]" ws
+string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" ws
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
+ws ::= | " " | "\n" [ \t]{0,20}
+)";
+
+std::vector<uint32_t> brute_force(const GrammarMatcher& m, const TokenVocabulary& vocab) {
+  std::vector<uint32_t> mask(bitmask_words(vocab.size()), 0);
+  for (int32_t id = 0; id < static_cast<int32_t>(vocab.size()); ++id) {
+    GrammarMatcher copy = m;
+    if (copy.accept_token(id)) mask[id >> 5] |= uint32_t{1} << (id & 31);
+  }
+  return mask;
+}
+
+std::vector<int32_t> ids_of(const std::vector<uint32_t>& mask) {
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < mask.size() * 32; ++i)
+    if (mask[i >> 5] >> (i & 31) & 1) ids.push_back(static_cast<int32_t>(i));
+  return ids;
+}
+
+// Walks `steps` random allowed tokens from the start, comparing the mask at every state.
+void check_random_walks(const std::string& gbnf, std::shared_ptr<const TokenVocabulary> vocab,
+                        int walks, int steps, uint32_t seed) {
+  auto compiled = CompiledGrammar::compile(parse_gbnf(gbnf), vocab);
+  std::mt19937 rng(seed);
+  std::vector<uint32_t> mask(bitmask_words(vocab->size()));
+  for (int w = 0; w < walks; ++w) {
+    GrammarMatcher m(compiled);
+    for (int s = 0; s < steps && !m.is_terminated(); ++s) {
+      m.fill_next_token_bitmask(mask);
+      const std::vector<uint32_t> expected = brute_force(m, *vocab);
+      ASSERT_EQ(ids_of(mask), ids_of(expected)) << "walk " << w << " step " << s;
+      const std::vector<int32_t> allowed = ids_of(expected);
+      if (allowed.empty()) break;
+      // Prefer ending late: skip end tokens most of the time.
+      int32_t id = allowed[rng() % allowed.size()];
+      for (int tries = 0; tries < 5 && vocab->is_end_token(id); ++tries)
+        id = allowed[rng() % allowed.size()];
+      ASSERT_TRUE(m.accept_token(id));
+    }
+  }
+}
+
+class TokenMask : public ::testing::TestWithParam<std::string> {
+ protected:
+  static std::shared_ptr<const TokenVocabulary> vocab(const std::string& name) {
+    static std::map<std::string, std::shared_ptr<const TokenVocabulary>> cache;
+    auto& v = cache[name];
+    if (!v) v = load_vocabulary(name);
+    return v;
+  }
+};
+
+TEST_P(TokenMask, JsonAgreesWithBruteForce) {
+  check_random_walks(kJsonGrammar, vocab(GetParam()), 3, 12, 1);
+}
+
+TEST_P(TokenMask, RegexChoiceAndUnicodeAgreeWithBruteForce) {
+  check_random_walks(regex_to_gbnf("[A-Z][a-z]{1,8}( [A-Z][a-z]+)*\\."), vocab(GetParam()), 2, 8,
+                     2);
+  const std::vector<std::string> choices{"positive", "negative", "neutral", "n/a"};
+  check_random_walks(choice_to_gbnf(choices), vocab(GetParam()), 3, 6, 3);
+  check_random_walks("root ::= [^a-z\"]{0,12} \"\\\"\"", vocab(GetParam()), 2, 8, 4);
+  check_random_walks(R"g(root ::= "(" root ")" root | "")g", vocab(GetParam()), 2, 10, 5);
+}
+
+TEST_P(TokenMask, CacheHitsAndSharedCache) {
+  auto compiled = CompiledGrammar::compile(parse_gbnf(kJsonGrammar), vocab(GetParam()));
+  GrammarMatcher a(compiled);
+  ASSERT_TRUE(a.accept_bytes("{\"key\": \"va"));
+  std::vector<uint32_t> cold(bitmask_words(vocab(GetParam())->size()), 0xFFFFFFFF);
+  std::vector<uint32_t> warm(cold.size(), 0xFFFFFFFF), other(cold.size(), 0xFFFFFFFF);
+  compiled->impl().cache.clear();
+  a.fill_next_token_bitmask(cold);
+  EXPECT_EQ(compiled->impl().cache.size(), 1u);
+  a.fill_next_token_bitmask(warm);
+  EXPECT_EQ(warm, cold);
+  // Another matcher reaching the same state by other bytes shares the entry.
+  GrammarMatcher b(compiled);
+  ASSERT_TRUE(b.accept_bytes("{\"key\": \"v"));
+  ASSERT_TRUE(b.accept_bytes("a"));
+  b.fill_next_token_bitmask(other);
+  EXPECT_EQ(other, cold);
+  EXPECT_EQ(compiled->impl().cache.size(), 1u);
+  EXPECT_EQ(ids_of(cold), ids_of(brute_force(a, *vocab(GetParam()))));
+}
+
+TEST_P(TokenMask, ThreadsAgree) {
+  auto compiled = CompiledGrammar::compile(parse_gbnf(kJsonGrammar), vocab(GetParam()));
+  const std::vector<std::string> prefixes{
+      "{", "{\"a\": [1, ", "{\"a\": tr", "{\"b\": {\"c\": \"x", "{\"d\": -1.5e", "{\"e\": null}"};
+  std::vector<std::vector<uint32_t>> serial, parallel(prefixes.size());
+  for (const std::string& p : prefixes) {
+    GrammarMatcher m(compiled);
+    ASSERT_TRUE(m.accept_bytes(p)) << p;
+    serial.push_back(brute_force(m, *vocab(GetParam())));
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t i = t; i < prefixes.size(); i += 2) {
+        GrammarMatcher m(compiled);
+        m.accept_bytes(prefixes[i]);
+        parallel[i].assign(serial[i].size(), 0);
+        m.fill_next_token_bitmask(parallel[i]);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < prefixes.size(); ++i)
+    EXPECT_EQ(ids_of(parallel[i]), ids_of(serial[i])) << prefixes[i];
+}
+
+TEST_P(TokenMask, EndTokensAndTermination) {
+  auto v = vocab(GetParam());
+  auto compiled = CompiledGrammar::compile(parse_gbnf(R"(root ::= "ok")"), v);
+  GrammarMatcher m(compiled);
+  std::vector<uint32_t> mask(bitmask_words(v->size()));
+  const Tokenizer tok =
+      Tokenizer::from_dir(pagedserve::testing::shared_dir() / "tokenizers" / GetParam());
+  const int32_t eos = *tok.eos_token_id();
+  EXPECT_FALSE(m.accept_token(eos));
+  ASSERT_TRUE(m.accept_bytes("ok"));
+  EXPECT_TRUE(m.must_end());
+  m.fill_next_token_bitmask(mask);
+  EXPECT_EQ(ids_of(mask), ids_of(brute_force(m, *v)));
+  EXPECT_TRUE(mask[eos >> 5] >> (eos & 31) & 1);
+  ASSERT_TRUE(m.accept_token(eos));
+  EXPECT_TRUE(m.is_terminated());
+  EXPECT_EQ(m.num_tokens_accepted(), 1u);
+  m.fill_next_token_bitmask(mask);
+  EXPECT_EQ(ids_of(mask), std::vector<int32_t>{});
+  EXPECT_FALSE(m.accept_token(eos));
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabularies, TokenMask,
+                         ::testing::Values("llama2", "smollm2-135m-instruct"),
+                         [](const auto& info) {
+                           return info.param == "llama2" ? "Llama2" : "SmolLM2";
+                         });
+
+}  // namespace
+}  // namespace pagedserve::model::grammar
