@@ -142,18 +142,6 @@ std::string canonical_json(const Json& value) {
     }
     return value.dump();
   }
-  if (value.is_array()) {
-    std::vector<std::string> items;
-    for (const auto& item : value) items.push_back(canonical_json(item));
-    return "[" + join(items, ",") + "]";
-  }
-  if (value.is_object()) {
-    std::vector<std::string> members;
-    for (const auto& [key, item] : value.items()) {
-      members.push_back(Json(key).dump() + ":" + canonical_json(item));
-    }
-    return "{" + join(members, ",") + "}";
-  }
   return value.dump();
 }
 

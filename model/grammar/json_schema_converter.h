@@ -25,8 +25,8 @@ bool is_annotation(const std::string& key);
 // "/properties/a~1b": a JSON pointer token appended to `pointer` (RFC 6901 escaping).
 std::string pointer_append(const std::string& pointer, std::string_view token);
 
-// The value of a JSON number as text the grammar emits: integral values (1.0, 2e3) as
-// integers, so 1.0 matches an `integer` schema and enum [1.0] accepts `1`.
+// A scalar JSON value as the grammar writes it: integral numbers (1.0, 2e3) as integers, so
+// enum [1.0] accepts `1` (containers: SchemaConverter::value_gbnf).
 std::string canonical_json(const Json& value);
 
 // GBNF expression for the integers in [lo, hi] (either end may be open), exact digit by digit.
