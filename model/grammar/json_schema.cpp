@@ -7,6 +7,7 @@
 // (the compact form of nlohmann's dump() always matches). Keyword semantics follow JSON Schema:
 // a keyword applies only to its own type, so {"minLength": 2} still accepts numbers.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -96,7 +97,9 @@ std::string join(const std::vector<std::string>& parts, const std::string& separ
 std::string decode_pointer_token(std::string_view token) {
   std::string unescaped;
   for (size_t i = 0; i < token.size(); ++i) {
-    if (token[i] == '%' && i + 2 < token.size()) {
+    if (token[i] == '%' && i + 2 < token.size() &&
+        std::isxdigit(static_cast<unsigned char>(token[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(token[i + 2]))) {
       unescaped += static_cast<char>(std::stoi(std::string(token.substr(i + 1, 2)), nullptr, 16));
       i += 2;
     } else {

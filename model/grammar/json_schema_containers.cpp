@@ -245,15 +245,17 @@ std::string SchemaConverter::visit_object(const Json& schema, const std::string&
     std::string item = p.required ? comma + members[i] : "( " + comma + members[i] + " )?";
     rest[i] = rest[i + 1].empty() ? item : item + " " + add_rule(hint + "-rest", rest[i + 1]);
   }
-  // first: the non-empty member lists starting at property i (nothing written before).
+  // first: the non-empty member lists starting at property i (nothing written before), built
+  // from the first required property (or the end) back to the start.
+  size_t required_at = 0;
+  while (required_at < n && !properties[required_at].required) ++required_at;
+  bool any_required = required_at < n;
   std::string first = extra.empty() ? "" : extra + (rest[n].empty() ? "" : " " + rest[n]);
-  bool any_required = false;
-  for (size_t i = n; i-- > 0;) {
-    const Property& p = properties[i];
+  for (size_t i = std::min(required_at + 1, n); i-- > 0;) {
     std::string tail = rest[i + 1].empty() ? "" : " " + add_rule(hint + "-rest", rest[i + 1]);
     std::string here = members[i] + tail;
-    first = p.required || first.empty() ? here : here + " | " + add_rule(hint + "-from", first);
-    any_required = any_required || p.required;
+    first =
+        i == required_at || first.empty() ? here : here + " | " + add_rule(hint + "-from", first);
   }
   std::string body = "\"{\" " + ws();
   if (!first.empty()) body += "( " + first + " )" + (any_required ? " " : "? ");

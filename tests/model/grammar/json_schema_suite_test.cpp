@@ -173,8 +173,8 @@ void run_draft(const std::string& draft) {
     total.passed += counts.passed, total.untried += counts.untried;
   }
   std::printf("%-28s cases %3d accepted %3d | instances %3d passed %3d skipped %d untried %d\n",
-              ("TOTAL " + draft).c_str(), total.cases, total.accepted_cases, total.tests, total.passed, total.skipped,
-              total.untried);
+              ("TOTAL " + draft).c_str(), total.cases, total.accepted_cases, total.tests,
+              total.passed, total.skipped, total.untried);
   EXPECT_GT(total.accepted_cases, 0);
 }
 

@@ -329,6 +329,8 @@ TEST(JsonSchemaTest, RefusalsNamePointerAndKeyword) {
        "json schema at /$defs/a/$ref: $ref '#/$defs/a' recurses"},
       {R"({"type": "string", "pattern": "a\\\\b"})", "json schema at /pattern: pattern column"},
       {R"({"type": "string", "pattern": "(a)\\1"})", "json schema at /pattern: regex column"},
+      {R"({"type": "string", "pattern": "\\xZZ"})", "json schema at /pattern: pattern column"},
+      {R"({"$ref": "#/%zz"})", "json schema at /$ref: $ref '#/%zz' does not resolve"},
       {R"({"type": "object", "required": ["x"], "additionalProperties": false})",
        "json schema at /required: required property 'x' is not in properties"},
       {R"({"type": "boolen"})", "json schema at /type: unknown type \"boolen\""},
