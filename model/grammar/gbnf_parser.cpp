@@ -105,7 +105,8 @@ class GbnfParser {
   Sequence parse_sequence(const std::string& rule, bool nested);
   void parse_item(Sequence& out, const std::string& rule);
   void parse_repetition(Sequence& out, size_t item_start, const std::string& rule);
-  uint32_t parse_char();
+  // One code point, escaped or raw. Surrogates only as class range ends (they match nothing).
+  uint32_t parse_char(bool in_class = false);
   int parse_int();
 
   std::string_view text_;
@@ -154,11 +155,11 @@ void GbnfParser::parse_item(Sequence& out, const std::string& rule) {
     while (peek() != ']') {
       if (at_end()) fail(start, "unterminated character class");
       const size_t range_start = pos_;
-      const uint32_t lo = parse_char();
+      const uint32_t lo = parse_char(true);
       uint32_t hi = lo;
       if (peek() == '-' && pos_ + 1 < text_.size() && text_[pos_ + 1] != ']') {
         ++pos_;
-        hi = parse_char();
+        hi = parse_char(true);
         if (hi < lo) fail(range_start, "character range is out of order");
       }
       ranges.push_back({lo, hi});
@@ -230,7 +231,7 @@ int GbnfParser::parse_int() {
   return static_cast<int>(value);
 }
 
-uint32_t GbnfParser::parse_char() {
+uint32_t GbnfParser::parse_char(bool in_class) {
   const size_t start = pos_;
   if (peek() != '\\') {
     uint32_t cp = 0;
@@ -275,7 +276,8 @@ uint32_t GbnfParser::parse_char() {
     ++pos_;
   }
   if (cp > detail::kMaxCodePoint) fail(start, "code point over U+10FFFF");
-  if (cp >= 0xD800 && cp <= 0xDFFF) fail(start, "surrogate code point (not valid UTF-8)");
+  if (cp >= 0xD800 && cp <= 0xDFFF && !in_class)
+    fail(start, "surrogate code point (not valid UTF-8)");
   return cp;
 }
 

@@ -1,7 +1,6 @@
 // GrammarBuilder: rules as the parser defines them, classes as UTF-8 byte sequences, repetitions
 // as helper rules, then the checks (left recursion) and the flattening into a Grammar.
 #include <algorithm>
-#include <functional>
 #include <optional>
 #include <tuple>
 
@@ -188,25 +187,41 @@ void GrammarBuilder::check_left_recursion() const {
     }
   }
   // Edges r -> q where q is referenced after a nullable prefix; a cycle is left recursion.
-  std::vector<char> color(rules_.size(), 0);  // 0 new, 1 on the path, 2 done
-  std::function<void(size_t)> visit = [&](size_t r) {
-    color[r] = 1;
+  std::vector<std::vector<uint32_t>> edges(rules_.size());
+  for (size_t r = 0; r < rules_.size(); ++r) {
     for (const Sequence& s : rules_[r].alternatives) {
       for (size_t i = 0; i < s.size() && s[i].kind == ElementKind::kRule; ++i) {
-        const uint32_t q = s[i].index;
-        if (color[q] == 1)
-          throw GrammarError("left recursion in rule '" + rules_[q].name +
-                             "': it can reach itself without matching a byte (the matcher "
-                             "cannot run it; rewrite it right-recursive, or check for a "
-                             "repetition of something that can be empty)");
-        if (color[q] == 0) visit(q);
-        if (!nullable[q]) break;
+        edges[r].push_back(s[i].index);
+        if (!nullable[s[i].index]) break;
       }
     }
-    color[r] = 2;
-  };
-  for (size_t r = 0; r < rules_.size(); ++r)
-    if (color[r] == 0) visit(r);
+  }
+  // Iterative depth-first search (repetition chains can be 100,000 rules deep).
+  std::vector<char> color(rules_.size(), 0);      // 0 new, 1 on the path, 2 done
+  std::vector<std::pair<uint32_t, size_t>> path;  // (rule, next edge)
+  for (size_t root = 0; root < rules_.size(); ++root) {
+    if (color[root] != 0) continue;
+    path.push_back({static_cast<uint32_t>(root), 0});
+    color[root] = 1;
+    while (!path.empty()) {
+      auto& [r, next] = path.back();
+      if (next == edges[r].size()) {
+        color[r] = 2;
+        path.pop_back();
+        continue;
+      }
+      const uint32_t q = edges[r][next++];
+      if (color[q] == 1)
+        throw GrammarError("left recursion in rule '" + rules_[q].name +
+                           "': it can reach itself without matching a byte (the matcher "
+                           "cannot run it; rewrite it right-recursive, or check for a "
+                           "repetition of something that can be empty)");
+      if (color[q] == 0) {
+        color[q] = 1;
+        path.push_back({q, 0});
+      }
+    }
+  }
 }
 
 std::shared_ptr<const Grammar> GrammarBuilder::finish_checked(std::string_view root) {

@@ -7,6 +7,7 @@
 // (the compact form of nlohmann's dump() always matches). Keyword semantics follow JSON Schema:
 // a keyword applies only to its own type, so {"minLength": 2} still accepts numbers.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -96,7 +97,9 @@ std::string join(const std::vector<std::string>& parts, const std::string& separ
 std::string decode_pointer_token(std::string_view token) {
   std::string unescaped;
   for (size_t i = 0; i < token.size(); ++i) {
-    if (token[i] == '%' && i + 2 < token.size()) {
+    if (token[i] == '%' && i + 2 < token.size() &&
+        std::isxdigit(static_cast<unsigned char>(token[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(token[i + 2]))) {
       unescaped += static_cast<char>(std::stoi(std::string(token.substr(i + 1, 2)), nullptr, 16));
       i += 2;
     } else {
@@ -142,19 +145,22 @@ std::string canonical_json(const Json& value) {
     }
     return value.dump();
   }
-  if (value.is_array()) {
-    std::vector<std::string> items;
-    for (const auto& item : value) items.push_back(canonical_json(item));
-    return "[" + join(items, ",") + "]";
-  }
-  if (value.is_object()) {
-    std::vector<std::string> members;
-    for (const auto& [key, item] : value.items()) {
-      members.push_back(Json(key).dump() + ":" + canonical_json(item));
-    }
-    return "{" + join(members, ",") + "}";
-  }
   return value.dump();
+}
+
+std::optional<int64_t> count_keyword(const SchemaConverter& converter, const Json& schema,
+                                     const std::string& pointer, const std::string& key) {
+  if (!schema.contains(key)) return std::nullopt;
+  const Json& value = schema[key];
+  std::string at = pointer_append(pointer, key);
+  if (!value.is_number() || value.get<double>() < 0 ||
+      value.get<double>() != std::floor(value.get<double>())) {
+    converter.fail(at, key + " must be a count >= 0");
+  }
+  if (value.get<double>() > static_cast<double>(kMaxCount)) {
+    converter.fail(at, key + " " + value.dump() + " is over " + std::to_string(kMaxCount));
+  }
+  return static_cast<int64_t>(value.get<double>());
 }
 
 std::set<std::string> schema_types(const Json& schema, const std::string& pointer,
@@ -273,7 +279,12 @@ std::string SchemaConverter::convert() {
   std::string body = visit(root_, "", "root");
   std::string text = "root ::= " + body + "\n";
   for (const auto& [name, rule_body] : rules_) text += name + " ::= " + rule_body + "\n";
-  return text + raw_rules_;
+  text += raw_rules_;
+  if (text.size() > kMaxGrammarBytes) {
+    fail("", "the grammar would be " + std::to_string(text.size()) + " bytes, more than " +
+                 std::to_string(kMaxGrammarBytes));
+  }
+  return text;
 }
 
 std::string SchemaConverter::visit(const Json& schema, const std::string& pointer,
@@ -426,8 +437,9 @@ std::string SchemaConverter::visit_enum(const Json& schema, const std::string& p
   return add_rule(hint, join(alternatives, " | "));
 }
 
-std::string SchemaConverter::value_gbnf(const Json& value) {
+std::string SchemaConverter::value_gbnf(const Json& value, int depth) {
   if (!value.is_array() && !value.is_object()) return gbnf_literal(canonical_json(value));
+  if (depth > kMaxSchemaDepth) fail("", "an enum/const value nested too deep");
   if (value.empty())
     return gbnf_literal(value.is_array() ? "[" : "{") + " " + ws() +
            gbnf_literal(value.is_array() ? "]" : "}");
@@ -436,7 +448,7 @@ std::string SchemaConverter::value_gbnf(const Json& value) {
   for (const auto& [key, item] : value.items()) {
     if (!first) out += "\",\" " + ws();
     if (value.is_object()) out += gbnf_literal(Json(key).dump()) + " \":\" " + ws();
-    out += value_gbnf(item) + " ";
+    out += value_gbnf(item, depth + 1) + " ";
     first = false;
   }
   return "( " + out + gbnf_literal(value.is_array() ? "]" : "}") + " )";

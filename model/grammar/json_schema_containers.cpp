@@ -13,6 +13,10 @@
 namespace pagedserve::model::grammar::json_schema_detail {
 namespace {
 
+// Longer declared names beside additional properties are refused: the exclusion grammar nests
+// one group per character.
+constexpr size_t kMaxExcludedNameBytes = 256;
+
 struct Property {
   std::string name;
   bool required = false;
@@ -80,6 +84,11 @@ class KeyExclusion {
 
   void add(const std::string& name) {
     std::string text = Json(name).dump();
+    if (text.size() > kMaxExcludedNameBytes) {
+      converter_.fail(pointer_, "property name longer than " +
+                                    std::to_string(kMaxExcludedNameBytes) +
+                                    " bytes beside additional properties (unsupported)");
+    }
     size_t node = 0;
     bool in_escape = false;
     for (char32_t c : code_points(text.substr(1, text.size() - 2))) {
@@ -126,7 +135,7 @@ class KeyExclusion {
 
   // Continuations whose first character leaves the trie at `node`.
   std::string other(const Node& node) {
-    std::string any = converter_.core("char") + "*";
+    std::string any = converter_.add_rule("key-tail", converter_.core("char") + "*");
     if (node.mid_escape) {
       std::string letters;
       for (char32_t c : std::u32string(U"\"\\/bfnrt")) {
@@ -139,7 +148,9 @@ class KeyExclusion {
     for (const auto& [c, child] : node.children) excluded += class_char(c);
     std::string out = "[^" + excluded + "] " + any;
     if (!node.children.count('\\')) {
-      out += " | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} ) " + any;
+      out +=
+          " | " + converter_.add_rule("key-escape-tail",
+                                      "\"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} ) " + any);
     }
     return out;
   }
@@ -234,15 +245,17 @@ std::string SchemaConverter::visit_object(const Json& schema, const std::string&
     std::string item = p.required ? comma + members[i] : "( " + comma + members[i] + " )?";
     rest[i] = rest[i + 1].empty() ? item : item + " " + add_rule(hint + "-rest", rest[i + 1]);
   }
-  // first: the non-empty member lists starting at property i (nothing written before).
+  // first: the non-empty member lists starting at property i (nothing written before), built
+  // from the first required property (or the end) back to the start.
+  size_t required_at = 0;
+  while (required_at < n && !properties[required_at].required) ++required_at;
+  bool any_required = required_at < n;
   std::string first = extra.empty() ? "" : extra + (rest[n].empty() ? "" : " " + rest[n]);
-  bool any_required = false;
-  for (size_t i = n; i-- > 0;) {
-    const Property& p = properties[i];
+  for (size_t i = std::min(required_at + 1, n); i-- > 0;) {
     std::string tail = rest[i + 1].empty() ? "" : " " + add_rule(hint + "-rest", rest[i + 1]);
     std::string here = members[i] + tail;
-    first = p.required || first.empty() ? here : here + " | " + add_rule(hint + "-from", first);
-    any_required = any_required || p.required;
+    first =
+        i == required_at || first.empty() ? here : here + " | " + add_rule(hint + "-from", first);
   }
   std::string body = "\"{\" " + ws();
   if (!first.empty()) body += "( " + first + " )" + (any_required ? " " : "? ");
@@ -250,17 +263,6 @@ std::string SchemaConverter::visit_object(const Json& schema, const std::string&
 }
 
 namespace {
-
-std::optional<int64_t> count_keyword(const SchemaConverter& converter, const Json& schema,
-                                     const std::string& pointer, const std::string& key) {
-  if (!schema.contains(key)) return std::nullopt;
-  const Json& value = schema[key];
-  bool integral = value.is_number_unsigned() ||
-                  (value.is_number() && value.get<double>() >= 0 &&
-                   value.get<double>() == static_cast<double>(value.get<int64_t>()));
-  if (!integral) converter.fail(pointer_append(pointer, key), key + " must be a count >= 0");
-  return value.get<int64_t>();
-}
 
 // `item` repeated between `low` and `high` (unbounded when empty) times.
 std::string repeat(const std::string& item, int64_t low, std::optional<int64_t> high) {

@@ -25,8 +25,8 @@ bool is_annotation(const std::string& key);
 // "/properties/a~1b": a JSON pointer token appended to `pointer` (RFC 6901 escaping).
 std::string pointer_append(const std::string& pointer, std::string_view token);
 
-// The value of a JSON number as text the grammar emits: integral values (1.0, 2e3) as
-// integers, so 1.0 matches an `integer` schema and enum [1.0] accepts `1`.
+// A scalar JSON value as the grammar writes it: integral numbers (1.0, 2e3) as integers, so
+// enum [1.0] accepts `1` (containers: SchemaConverter::value_gbnf).
 std::string canonical_json(const Json& value);
 
 // GBNF expression for the integers in [lo, hi] (either end may be open), exact digit by digit.
@@ -36,6 +36,16 @@ std::string integer_range_gbnf(std::optional<int64_t> lo, std::optional<int64_t>
 // A JSON Schema `pattern` (unanchored) as an anchored regex over the characters a JSON string
 // holds unescaped (json_schema_pattern.cpp). Throws GrammarError naming `pointer`.
 std::string json_content_regex(std::string_view pattern, const std::string& pointer);
+
+// One bound of a number range: the bound's JSON text (e.g. "-1.5", "2e3"), exclusive or not.
+struct NumberBound {
+  std::string text;
+  bool strict = false;
+};
+// GBNF expression for the plain decimals (no exponent) in the range (json_schema_numbers.cpp);
+// nullopt when the range is empty. The integer parts of the bounds must be below 1e18.
+std::optional<std::string> number_range_gbnf(const std::optional<NumberBound>& lo,
+                                             const std::optional<NumberBound>& hi);
 
 class SchemaConverter {
  public:
@@ -77,7 +87,7 @@ class SchemaConverter {
   std::string visit_any_of(const Json& schema, const std::string& pointer, const std::string& hint);
   std::string visit_enum(const Json& schema, const std::string& pointer, const std::string& hint);
   // An enum/const value, with the whitespace the grammar allows elsewhere.
-  std::string value_gbnf(const Json& value);
+  std::string value_gbnf(const Json& value, int depth = 0);
   std::string visit_types(const Json& schema, const std::string& pointer, const std::string& hint);
   const Json& resolve(const std::string& ref, const std::string& pointer) const;
   Json merge(const Json& a, const Json& b, const std::string& pointer) const;
@@ -96,6 +106,12 @@ class SchemaConverter {
   int num_regexes_ = 0;
   std::string raw_rules_;
 };
+
+// minItems/maxItems/minLength/maxLength: a count >= 0 (1.0 counts), at most kMaxCount (GBNF
+// repetition bounds stop there); nullopt when absent.
+inline constexpr int64_t kMaxCount = 100'000;
+std::optional<int64_t> count_keyword(const SchemaConverter& converter, const Json& schema,
+                                     const std::string& pointer, const std::string& key);
 
 // Schema types as a set of names; "integer" is dropped when "number" is there.
 std::set<std::string> schema_types(const Json& schema, const std::string& pointer,

@@ -8,6 +8,8 @@
 // escaping: `.` and negated classes exclude them, positive classes drop them, `\s` becomes the
 // space alone; a pattern that requires one of them (a literal `"`, `\\`, `\n`) is refused.
 // The grammar thus accepts a subset of the valid strings: those whose content needs no escapes.
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -49,7 +51,11 @@ struct PatternWriter {
   }
 
   char32_t hex_escape(size_t count) {
-    if (pos + count > pattern.size()) fail("short hex escape");
+    if (pos + count > pattern.size() ||
+        !std::all_of(pattern.begin() + pos, pattern.begin() + pos + count,
+                     [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); })) {
+      fail("bad hex escape");
+    }
     char32_t value = std::stoul(std::string(pattern.substr(pos, count)), nullptr, 16);
     pos += count;
     return value;

@@ -1,8 +1,7 @@
 // Integers (exact digit-range grammars for minimum/maximum) and strings (minLength/maxLength in
 // code points, format, pattern) of the JSON Schema -> GBNF converter.
 //
-// Bounds on non-integer numbers are refused: an exact grammar for "number >= 1.5" with
-// fractions and exponents is possible but large, and "type": "integer" covers the common case.
+// Bounds on non-integer numbers: json_schema_numbers.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -103,57 +102,62 @@ std::string integer_range_gbnf(std::optional<int64_t> lo, std::optional<int64_t>
 
 namespace {
 
-// One bound of an integer range from minimum/exclusiveMinimum (lower) or maximum/
-// exclusiveMaximum (upper); the tighter of the two wins. Sets `keyword` to the one that won.
-std::optional<int64_t> integer_bound(const SchemaConverter& converter, const Json& schema,
-                                     const std::string& pointer, bool lower, std::string& keyword) {
-  std::optional<int64_t> bound;
+// The tighter of minimum/exclusiveMinimum (lower) or maximum/exclusiveMaximum (upper), with
+// the keyword and value that set it (for errors).
+struct Bound {
+  double value = 0;
+  NumberBound number;
+  std::string keyword;
+};
+
+std::optional<Bound> tightest_bound(const SchemaConverter& converter, const Json& schema,
+                                    const std::string& pointer, bool lower) {
+  std::optional<Bound> bound;
   for (std::string key :
        {lower ? "minimum" : "maximum", lower ? "exclusiveMinimum" : "exclusiveMaximum"}) {
     if (!schema.contains(key)) continue;
     const Json& value = schema[key];
-    if (!value.is_number()) {
-      converter.fail(pointer_append(pointer, key), key + " must be a number");
-    }
+    if (!value.is_number()) converter.fail(pointer_append(pointer, key), key + " must be a number");
     double x = value.get<double>();
     if (std::fabs(x) > kMaxIntegerBound) {
       converter.fail(pointer_append(pointer, key), key + " " + value.dump() + " is beyond 1e18");
     }
-    bool exclusive = key.rfind("exclusive", 0) == 0;
-    double rounded = lower ? (exclusive ? std::floor(x) + 1 : std::ceil(x))
-                           : (exclusive ? std::ceil(x) - 1 : std::floor(x));
-    auto candidate = static_cast<int64_t>(rounded);
-    if (!bound || (lower ? candidate > *bound : candidate < *bound)) {
-      bound = candidate;
-      keyword = key + " " + value.dump();
-    }
+    bool strict = key.rfind("exclusive", 0) == 0;
+    bool tighter =
+        !bound || (lower ? x > bound->value : x < bound->value) || (x == bound->value && strict);
+    if (tighter) bound = Bound{x, NumberBound{value.dump(), strict}, key + " " + value.dump()};
   }
   return bound;
+}
+
+std::optional<int64_t> integer_bound(const std::optional<Bound>& bound, bool lower) {
+  if (!bound) return std::nullopt;
+  double x = bound->value;
+  bool strict = bound->number.strict;
+  return static_cast<int64_t>(lower ? (strict ? std::floor(x) + 1 : std::ceil(x))
+                                    : (strict ? std::ceil(x) - 1 : std::floor(x)));
 }
 
 }  // namespace
 
 std::string SchemaConverter::visit_integer(const Json& schema, const std::string& pointer,
                                            bool any_number) {
-  static const char* const kBounds[] = {"minimum", "maximum", "exclusiveMinimum",
-                                        "exclusiveMaximum"};
-  bool bounded = std::any_of(std::begin(kBounds), std::end(kBounds),
-                             [&](const char* key) { return schema.contains(key); });
-  if (!bounded) return core(any_number ? "number" : "integer");
+  std::optional<Bound> lower = tightest_bound(*this, schema, pointer, true);
+  std::optional<Bound> upper = tightest_bound(*this, schema, pointer, false);
+  if (!lower && !upper) return core(any_number ? "number" : "integer");
+  std::string empty = std::string("no ") + (any_number ? "number" : "integer") + " satisfies " +
+                      (lower ? lower->keyword : "") + (lower && upper ? " and " : "") +
+                      (upper ? upper->keyword : "");
   if (any_number) {
-    for (const char* key : kBounds) {
-      if (schema.contains(key)) {
-        fail(pointer, std::string("unsupported keyword '") + key +
-                          "' on non-integer numbers (use type integer)");
-      }
-    }
+    std::optional<NumberBound> low, high;
+    if (lower) low = lower->number;
+    if (upper) high = upper->number;
+    std::optional<std::string> range = number_range_gbnf(low, high);
+    if (!range) fail(pointer, empty);
+    return add_rule("number-range", *range);
   }
-  std::string low_keyword, high_keyword;
-  std::optional<int64_t> low = integer_bound(*this, schema, pointer, true, low_keyword);
-  std::optional<int64_t> high = integer_bound(*this, schema, pointer, false, high_keyword);
-  if (low && high && *low > *high) {
-    fail(pointer, "no integer satisfies " + low_keyword + " and " + high_keyword);
-  }
+  std::optional<int64_t> low = integer_bound(lower, true), high = integer_bound(upper, false);
+  if (low && high && *low > *high) fail(pointer, empty);
   return add_rule("integer-range", integer_range_gbnf(low, high));
 }
 
@@ -220,17 +224,8 @@ std::string SchemaConverter::visit_string(const Json& schema, const std::string&
     return add_rule(hint + "-pattern", quote + " " + prefix + " " + quote);
   }
   if (!has_length) return core("string");
-  auto count = [&](const char* key) -> std::optional<int64_t> {
-    if (!schema.contains(key)) return std::nullopt;
-    const Json& value = schema[key];
-    if (!value.is_number() || value.get<double>() < 0 ||
-        value.get<double>() != std::floor(value.get<double>())) {
-      fail(pointer_append(pointer, key), std::string(key) + " must be a count >= 0");
-    }
-    return value.get<int64_t>();
-  };
-  int64_t low = count("minLength").value_or(0);
-  std::optional<int64_t> high = count("maxLength");
+  int64_t low = count_keyword(*this, schema, pointer, "minLength").value_or(0);
+  std::optional<int64_t> high = count_keyword(*this, schema, pointer, "maxLength");
   if (high && low > *high) {
     fail(pointer, "minLength " + std::to_string(low) + " > maxLength " + std::to_string(*high));
   }

@@ -35,10 +35,11 @@ class MaskCache {
   void clear();
   size_t size() const;
 
- private:
   struct KeyHash {
     size_t operator()(const Key& k) const noexcept;
   };
+
+ private:
   struct Entry {
     Mask mask;
     std::list<Key>::iterator lru;

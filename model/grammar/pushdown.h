@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "model/grammar/grammar_ir.h"
@@ -26,12 +27,20 @@ using StackSet = std::vector<std::vector<uint32_t>>;
 
 class PushdownArena {
  public:
+  PushdownArena() = default;  // rebind() before use
   explicit PushdownArena(const Grammar& grammar) : g_(&grammar) {}
   // Serves another grammar (or the same again), forgetting every node.
   void rebind(const Grammar& grammar) {
     if (g_ != &grammar) stamps_.clear();
     g_ = &grammar;
     nodes_.clear();
+    interned_.clear();
+  }
+  // Interning: one node per (position, parent) pair, so equal stacks get equal head ids (a
+  // walk that memoizes states by their heads needs that). Not with truncate().
+  void set_interning(bool on) {
+    interning_ = on;
+    interned_.clear();
   }
 
   // Appends the heads of the start state (the closure of the root's alternatives).
@@ -49,6 +58,11 @@ class PushdownArena {
 
  private:
   uint32_t push(uint32_t pos, uint32_t parent) {
+    if (interning_) {
+      auto [it, inserted] = interned_.try_emplace((uint64_t{pos} << 32) | parent,
+                                                  static_cast<uint32_t>(nodes_.size()));
+      if (!inserted) return it->second;
+    }
     nodes_.push_back({pos, parent});
     return static_cast<uint32_t>(nodes_.size() - 1);
   }
@@ -60,11 +74,13 @@ class PushdownArena {
                       nodes_[a].parent == nodes_[b].parent);
   }
 
-  const Grammar* g_;
+  const Grammar* g_ = nullptr;
   std::vector<StackNode> nodes_;
   // dedupe of many heads: stamps_[top position] == stamp_ once a head with that top was kept.
   std::vector<uint32_t> stamps_;
   uint32_t stamp_ = 0;
+  bool interning_ = false;
+  std::unordered_map<uint64_t, uint32_t> interned_;
 };
 
 }  // namespace pagedserve::model::grammar::detail

@@ -1,6 +1,7 @@
 // Token masks: a depth-first walk of the sorted vocabulary that advances the automaton one byte
 // per level and skips every token under a rejected prefix; and the per-grammar cache of masks.
 #include <algorithm>
+#include <array>
 
 #include "model/grammar/matcher_impl.h"
 
@@ -63,11 +64,76 @@ MaskCache::Key state_key(const StackSet& stacks) {
 
 namespace {
 
-// Scratch of one walk, kept per thread so that steady-state walks do not allocate.
-struct Walk {
-  std::vector<uint32_t> heads;      // the heads of every level, level after level
-  std::vector<size_t> level_begin;  // heads of level d: [level_begin[d], level_begin[d + 1])
-  std::vector<size_t> level_nodes;  // arena size once level d was computed
+// The automaton as a DFA built lazily during one walk: a state is a set of interned heads (equal
+// stacks, equal ids), each (state, byte) step is computed once and then looked up. Inside a JSON
+// string almost every character leads back to the same state, so most bytes of the vocabulary
+// cost one table load. Kept per thread so that walks reuse its memory.
+class LazyDfa {
+ public:
+  static constexpr int32_t kUnknown = -1;
+  static constexpr int32_t kDead = -2;
+
+  // Starts over at `stacks`; returns the start state.
+  int32_t reset(const Grammar& grammar, const StackSet& stacks) {
+    arena_.rebind(grammar);
+    arena_.set_interning(true);
+    state_ids_.clear();
+    heads_.clear();
+    begin_.assign(1, 0);
+    next_.clear();
+    scratch_.clear();
+    arena_.load(stacks, scratch_);
+    return intern(0);
+  }
+
+  bool can_end(int32_t state) const {
+    for (uint32_t i = begin_[state]; i < begin_[state + 1]; ++i)
+      if (heads_[i] == kNoNode) return true;
+    return false;
+  }
+
+  int32_t step(int32_t state, uint8_t byte) {
+    if (static_cast<size_t>(state) < next_.size()) {
+      const int32_t known = next_[state][byte];
+      if (known != kUnknown) return known;
+    }
+    scratch_.assign(heads_.begin() + begin_[state], heads_.begin() + begin_[state + 1]);
+    const size_t n = scratch_.size();
+    arena_.advance(scratch_, 0, n, byte);
+    const int32_t target = scratch_.size() == n ? kDead : intern(n);
+    if (static_cast<size_t>(state) < kMaxTables) {
+      if (next_.size() <= static_cast<size_t>(state)) {
+        const size_t old = next_.size();
+        next_.resize(state + 1);
+        for (size_t s = old; s < next_.size(); ++s) next_[s].fill(kUnknown);
+      }
+      next_[state][byte] = target;
+    }
+    return target;
+  }
+
+ private:
+  static constexpr size_t kMaxTables = 1 << 14;  // states with a memo table (1 KiB each)
+
+  // The state of the heads scratch_[from, end).
+  int32_t intern(size_t from) {
+    std::vector<uint32_t> key(scratch_.begin() + static_cast<std::ptrdiff_t>(from), scratch_.end());
+    std::sort(key.begin(), key.end());
+    key.erase(std::unique(key.begin(), key.end()), key.end());
+    auto [it, inserted] = state_ids_.try_emplace(key, static_cast<int32_t>(begin_.size() - 1));
+    if (inserted) {
+      heads_.insert(heads_.end(), key.begin(), key.end());
+      begin_.push_back(static_cast<uint32_t>(heads_.size()));
+    }
+    return it->second;
+  }
+
+  PushdownArena arena_;
+  std::unordered_map<std::vector<uint32_t>, int32_t, MaskCache::KeyHash> state_ids_;
+  std::vector<uint32_t> heads_;  // heads of state s: [begin_[s], begin_[s + 1])
+  std::vector<uint32_t> begin_;
+  std::vector<std::array<int32_t, 256>> next_;
+  std::vector<uint32_t> scratch_;
 };
 
 }  // namespace
@@ -75,39 +141,28 @@ struct Walk {
 void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const StackSet& stacks,
                   std::span<uint32_t> mask) {
   const TokenVocabulary::Trie& trie = vocab.trie();
-  thread_local Walk walk;
-  thread_local PushdownArena arena(grammar);
-  arena.rebind(grammar);
-  walk.heads.clear();
-  walk.level_begin.assign(1, 0);
-  arena.load(stacks, walk.heads);
-  walk.level_begin.push_back(walk.heads.size());
-  walk.level_nodes.assign(1, arena.num_nodes());
-  bool can_end = false;
-  for (uint32_t h : walk.heads) can_end |= h == kNoNode;
+  thread_local LazyDfa dfa;
+  thread_local std::vector<int32_t> level;  // level[d]: the state after d bytes of the token
+  if (level.empty()) level.resize(64);
+  level[0] = dfa.reset(grammar, stacks);
+  const bool can_end = dfa.can_end(level[0]);
 
   size_t depth = 0;  // levels 0..depth are valid
   const size_t n = trie.ids.size();
+  const auto* data = reinterpret_cast<const uint8_t*>(trie.data.data());
+  const uint32_t* offsets = trie.offsets.data();
+  const uint32_t* lcp = trie.lcp.data();
   for (size_t i = 0; i < n;) {
-    const char* bytes = trie.data.data() + trie.offsets[i];
-    const size_t len = trie.offsets[i + 1] - trie.offsets[i];
-    size_t d = std::min<size_t>(trie.lcp[i], depth);
-    walk.level_begin.resize(d + 2);
-    walk.heads.resize(walk.level_begin[d + 1]);
-    walk.level_nodes.resize(d + 1);
-    arena.truncate(walk.level_nodes[d]);
-    bool alive = true;
+    const uint8_t* bytes = data + offsets[i];
+    const size_t len = offsets[i + 1] - offsets[i];
+    if (level.size() < len + 1) level.resize(len + 1);
+    size_t d = std::min<size_t>(lcp[i], depth);
     for (; d < len; ++d) {
-      const size_t begin = walk.level_begin[d], end = walk.level_begin[d + 1];
-      arena.advance(walk.heads, begin, end, static_cast<uint8_t>(bytes[d]));
-      if (walk.heads.size() == end) {
-        alive = false;
-        break;
-      }
-      walk.level_begin.push_back(walk.heads.size());
-      walk.level_nodes.push_back(arena.num_nodes());
+      const int32_t next = dfa.step(level[d], bytes[d]);
+      if (next == LazyDfa::kDead) break;
+      level[d + 1] = next;
     }
-    if (alive) {
+    if (d == len) {
       const int32_t id = trie.ids[i];
       mask[id >> 5] |= uint32_t{1} << (id & 31);
       depth = len;
@@ -116,7 +171,7 @@ void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const St
     }
     // Bytes [0, d] are rejected: so is every following token that starts with them.
     depth = d;
-    for (++i; i < n && trie.lcp[i] > d; ++i) {
+    for (++i; i < n && lcp[i] > d; ++i) {
     }
   }
   if (can_end)

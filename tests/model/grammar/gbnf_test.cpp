@@ -2,6 +2,8 @@
 // repetition bounds, recursion, and every kind of error with its place.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -199,6 +201,87 @@ TEST(Gbnf, CopiesAreIndependent) {
   EXPECT_TRUE(a.can_end() && b.can_end());
   GrammarMatcher c = std::move(b);
   EXPECT_TRUE(c.can_end());
+}
+
+}  // namespace
+}  // namespace pagedserve::model::grammar
+
+namespace pagedserve::model::grammar {
+namespace {
+
+std::string utf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (cp >> 18));
+    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+std::string hex_escape(uint32_t cp) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "\\U%08X", cp);
+  return buf;
+}
+
+// Random classes of code point ranges (all lengths of UTF-8) against direct range membership.
+TEST(Gbnf, RandomUnicodeClassesAgreeWithRangeMembership) {
+  std::mt19937 rng(42);
+  const auto random_cp = [&]() -> uint32_t {
+    static const uint32_t kLimits[] = {0x80, 0x800, 0x10000, 0x110000};
+    uint32_t cp;
+    do {
+      cp = rng() % kLimits[rng() % 4];
+    } while (cp >= 0xD800 && cp <= 0xDFFF);
+    return cp;
+  };
+  for (int trial = 0; trial < 60; ++trial) {
+    std::vector<std::pair<uint32_t, uint32_t>> ranges;
+    std::string cls;
+    const int n = 1 + static_cast<int>(rng() % (trial < 50 ? 6 : 300));  // large: DFA fallback
+    for (int i = 0; i < n; ++i) {
+      uint32_t lo = random_cp(), hi = lo + rng() % (trial % 2 ? 3 : 5000);
+      if (hi > 0x10FFFF) hi = 0x10FFFF;
+      ranges.push_back({lo, hi});
+      cls += hex_escape(lo) + "-" + hex_escape(hi);
+    }
+    const bool negated = trial % 3 == 0;
+    const GrammarMatcher m =
+        testing::matcher_for("root ::= [" + std::string(negated ? "^" : "") + cls + "]");
+    for (int i = 0; i < 300; ++i) {
+      uint32_t cp = random_cp();
+      if (i % 2 == 0) {  // near a range edge
+        const auto& r = ranges[rng() % ranges.size()];
+        cp = (i % 4 == 0 ? r.first : r.second) + (rng() % 3) - 1;
+        if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) continue;
+      }
+      bool in = false;
+      for (const auto& r : ranges) in |= cp >= r.first && cp <= r.second;
+      ASSERT_EQ(testing::matches(m, utf8(cp)), in != negated)
+          << "trial " << trial << " U+" << std::hex << cp;
+    }
+  }
+}
+
+TEST(Gbnf, LongRepetitionChains) {
+  const GrammarMatcher m = testing::matcher_for(R"(root ::= ("ab"){0,20000} "c")");
+  EXPECT_TRUE(testing::matches(m, [] {
+    std::string s;
+    for (int i = 0; i < 20000; ++i) s += "ab";
+    return s + "c";
+  }()));
+  EXPECT_FALSE(testing::matches(m, "abac"));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // json_schema_to_gbnf against the official JSON Schema Test Suite (Debian's
-// json-schema-test-suite, draft7, the required files; scripts/setup installs it).
+// json-schema-test-suite, drafts 4, 6 and 7, the required files; scripts/setup installs it).
 //
 // For each case whose schema the converter accepts (options: additionalProperties true when
 // unspecified, as JSON Schema says; one space of whitespace), every instance must be accepted
@@ -27,7 +27,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-const char* const kSuiteDir = "/usr/share/json-schema-test-suite/tests/draft7";
+const char* const kSuiteDir = "/usr/share/json-schema-test-suite/tests/";
 constexpr size_t kMaxSpellings = 2000;
 
 // Instances where the converter is knowingly not exact, with the reason: (file, case, instance).
@@ -146,12 +146,13 @@ void run_case(const std::string& file, const Json& group, FileCounts& counts) {
   }
 }
 
-TEST(JsonSchemaSuiteTest, Draft7RequiredFiles) {
-  if (!std::filesystem::is_directory(kSuiteDir)) {
-    GTEST_SKIP() << kSuiteDir << " missing: apt-get install json-schema-test-suite";
+void run_draft(const std::string& draft) {
+  const std::string dir = kSuiteDir + draft;
+  if (!std::filesystem::is_directory(dir)) {
+    GTEST_SKIP() << dir << " missing: apt-get install json-schema-test-suite";
   }
   std::vector<std::filesystem::path> files;
-  for (const auto& entry : std::filesystem::directory_iterator(kSuiteDir)) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.path().extension() == ".json") files.push_back(entry.path());
   }
   std::sort(files.begin(), files.end());
@@ -172,10 +173,14 @@ TEST(JsonSchemaSuiteTest, Draft7RequiredFiles) {
     total.passed += counts.passed, total.untried += counts.untried;
   }
   std::printf("%-28s cases %3d accepted %3d | instances %3d passed %3d skipped %d untried %d\n",
-              "TOTAL", total.cases, total.accepted_cases, total.tests, total.passed, total.skipped,
-              total.untried);
+              ("TOTAL " + draft).c_str(), total.cases, total.accepted_cases, total.tests,
+              total.passed, total.skipped, total.untried);
   EXPECT_GT(total.accepted_cases, 0);
 }
+
+TEST(JsonSchemaSuiteTest, Draft7RequiredFiles) { run_draft("draft7"); }
+TEST(JsonSchemaSuiteTest, Draft6RequiredFiles) { run_draft("draft6"); }
+TEST(JsonSchemaSuiteTest, Draft4RequiredFiles) { run_draft("draft4"); }
 
 }  // namespace
 }  // namespace pagedserve::model::grammar

@@ -66,6 +66,52 @@ TEST(JsonSchemaTest, IntegerBoundsExhaustiveAgainstArithmetic) {
   }
 }
 
+// x thousandths as plain decimals: shortest ("-1.5"), and with three fraction digits.
+std::vector<std::string> thousandths_spellings(int64_t x) {
+  std::string sign = x < 0 ? "-" : "";
+  int64_t magnitude = x < 0 ? -x : x;
+  std::string fraction = std::to_string(1000 + magnitude % 1000).substr(1);
+  std::string integer = sign + std::to_string(magnitude / 1000);
+  std::string shortest = fraction.substr(0, fraction.find_last_not_of('0') + 1);
+  std::vector<std::string> out = {integer + "." + fraction};
+  out.push_back(shortest.empty() ? integer : integer + "." + shortest);
+  return out;
+}
+
+TEST(JsonSchemaTest, NumberBoundsExhaustiveAgainstArithmetic) {
+  struct Case {
+    std::string bounds;
+    std::optional<int64_t> low, high;  // thousandths
+    bool low_strict = false, high_strict = false;
+  };
+  const std::vector<Case> cases = {
+      {R"("minimum": 1.1, "exclusiveMaximum": 2.25)", 1100, 2250, false, true},
+      {R"("exclusiveMinimum": -0.5)", -500, std::nullopt, true},
+      {R"("minimum": 0, "maximum": 1)", 0, 1000},
+      {R"("minimum": -2.125, "maximum": -0.01)", -2125, -10},
+      {R"("exclusiveMinimum": -1, "exclusiveMaximum": 0)", -1000, 0, true, true},
+      {R"("maximum": 3.5)", std::nullopt, 3500},
+      {R"("minimum": -12.5, "maximum": 11.75)", -12500, 11750},
+      {R"("minimum": 0.005, "maximum": 0.005)", 5, 5},
+      {R"("exclusiveMinimum": 0)", 0, std::nullopt, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.bounds);
+    GrammarMatcher m = schema_matcher(R"({"type": "number", )" + c.bounds + "}");
+    for (int64_t x = -15000; x <= 15000; ++x) {
+      bool in_range = (!c.low || (c.low_strict ? x > *c.low : x >= *c.low)) &&
+                      (!c.high || (c.high_strict ? x < *c.high : x <= *c.high));
+      for (const std::string& text : thousandths_spellings(x)) {
+        if (text == "-0" || text == "-0.000") continue;  // minus zero is not emitted
+        ASSERT_EQ(matches(m, text), in_range) << text;
+      }
+    }
+    EXPECT_FALSE(matches(m, "1e0"));  // bounded numbers are plain decimals
+    EXPECT_FALSE(matches(m, "1."));
+    EXPECT_EQ(matches(m, "123456789012.5"), !c.high);
+  }
+}
+
 TEST(JsonSchemaTest, NumbersAndIntegersWithoutBounds) {
   GrammarMatcher integer = schema_matcher(R"({"type": "integer"})");
   GrammarMatcher number = schema_matcher(R"({"type": "number"})");
@@ -275,18 +321,37 @@ TEST(JsonSchemaTest, RefusalsNamePointerAndKeyword) {
       {"false", "json schema at /: schema false matches nothing"},
       {R"({"type": "string", "format": "ipv4"})",
        "json schema at /format: unsupported format 'ipv4'"},
-      {R"({"type": "number", "minimum": 0})", "json schema at /: unsupported keyword 'minimum'"},
+      {R"({"type": "number", "minimum": 0.5, "exclusiveMaximum": 0.5})",
+       "json schema at /: no number satisfies minimum 0.5 and exclusiveMaximum 0.5"},
+      {R"({"type": "number", "minimum": 1e19})",
+       "json schema at /minimum: minimum 1e+19 is beyond 1e18"},
       {R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})",
        "json schema at /$defs/a/$ref: $ref '#/$defs/a' recurses"},
       {R"({"type": "string", "pattern": "a\\\\b"})", "json schema at /pattern: pattern column"},
       {R"({"type": "string", "pattern": "(a)\\1"})", "json schema at /pattern: regex column"},
+      {R"({"type": "string", "pattern": "\\xZZ"})", "json schema at /pattern: pattern column"},
+      {R"({"$ref": "#/%zz"})", "json schema at /$ref: $ref '#/%zz' does not resolve"},
       {R"({"type": "object", "required": ["x"], "additionalProperties": false})",
        "json schema at /required: required property 'x' is not in properties"},
       {R"({"type": "boolen"})", "json schema at /type: unknown type \"boolen\""},
+      {R"({"type": "string", "maxLength": 100001})",
+       "json schema at /maxLength: maxLength 100001 is over 100000"},
+      {R"({"type": "array", "minItems": -1})", "json schema at /minItems: minItems must be a"},
+      {R"({"allOf": [{"type": "string"}, {"type": "integer"}]})",
+       "json schema at /allOf/1: the types of allOf members do not intersect"},
+      {R"({"allOf": [{"pattern": "a"}, {"pattern": "b"}]})",
+       "json schema at /allOf/1: members disagree on 'pattern'"},
+      {R"({"properties": {"a": {}}, "additionalProperties": false,
+           "anyOf": [{"properties": {"b": {}}}]})",
+       "json schema at /anyOf/0: additionalProperties of one member would constrain property"},
   };
   for (const auto& [schema, expected] : cases) {
     EXPECT_EQ(refusal(schema).rfind(expected, 0), 0u) << schema << " -> " << refusal(schema);
   }
+  std::string long_name = R"({"type": "object", "additionalProperties": true, "properties": {")" +
+                          std::string(300, 'n') + R"(": {}}})";
+  EXPECT_EQ(refusal(long_name).rfind("json schema at /additionalProperties: property name", 0), 0u)
+      << refusal(long_name);
   std::string big = R"({"enum": [")" + std::string(kMaxJsonSchemaBytes, 'x') + "\"]}";
   EXPECT_EQ(refusal(big).rfind("json schema at /: schema is ", 0), 0u) << refusal(big);
 }
