@@ -20,6 +20,7 @@ const char* const kUsage =
     "  make-model write a random-weight Llama of a given shape (Hugging Face layout)\n"
     "  tokenize   text to token ids, or ids to text, with a model's tokenizer (HF or GGUF)\n"
     "  quantize   rewrite a GGUF model's matrices in a quantized type (Q8_0, Q4_K_M, ...)\n"
+    "  chat-template  `chat-template render`: a chat template with a JSON context, as text\n"
     "run `pagedserve <command> --help` for its flags\n";
 
 }  // namespace
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
     if (command == "make-model") return pagedserve::tools::run_make_model(args);
     if (command == "tokenize") return pagedserve::tools::run_tokenize(args);
     if (command == "quantize") return pagedserve::tools::run_quantize(args);
+    if (command == "chat-template") return pagedserve::tools::run_chat_template(args);
     std::cerr << "pagedserve: error: unknown command '" << command << "'\n" << kUsage;
     return 2;
   } catch (const pagedserve::tools::UsageError& e) {

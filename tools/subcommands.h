@@ -18,6 +18,8 @@ int run_bench_admission(const std::vector<std::string>& args);  // tools/bench_p
 int run_make_model(const std::vector<std::string>& args);       // tools/make_model.cpp
 int run_tokenize(const std::vector<std::string>& args);         // tools/tokenize.cpp
 int run_quantize(const std::vector<std::string>& args);         // tools/quantize.cpp
+// `chat-template render` (tools/chat_template.cpp).
+int run_chat_template(const std::vector<std::string>& args);
 // `bench throughput --batch B`: prefill and decode against the machine's roofline
 // (tools/bench_phases.cpp).
 int run_bench_phases(const std::vector<std::string>& args);

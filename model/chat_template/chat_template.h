@@ -15,6 +15,7 @@
 // naming the construct.
 #pragma once
 
+#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -31,6 +32,13 @@ namespace chat {
 struct Program;
 }
 
+struct RenderOptions {
+  // The local wall-clock time strftime_now() formats (all std::tm fields, wday and yday
+  // included, as parse_local_time fills them); nullopt reads the system clock. Pinned by
+  // tests and `pagedserve chat-template render --now` for reproducible renders.
+  std::optional<std::tm> now;
+};
+
 class ChatTemplate {
  public:
   // Throws ChatTemplateError (kParse) naming line:column and the offending construct.
@@ -44,6 +52,7 @@ class ChatTemplate {
   // order, which matters for templates that print dicts with tojson or items().
   std::string render(const nlohmann::json& context) const;
   std::string render(const nlohmann::ordered_json& context) const;
+  std::string render(const nlohmann::ordered_json& context, const RenderOptions& options) const;
 
   const std::string& source() const { return *source_; }
 
@@ -53,6 +62,10 @@ class ChatTemplate {
   std::shared_ptr<const chat::Program> program_;
   std::shared_ptr<const std::string> source_;
 };
+
+// "YYYY-MM-DDTHH:MM:SS" (ISO 8601 local time, no zone; a space may replace the 'T') as a
+// std::tm with its weekday and day of the year; nullopt when the text is not such a time.
+std::optional<std::tm> parse_local_time(std::string_view iso);
 
 // The model's chat template: a GGUF model's tokenizer.chat_template, or for a Hugging Face
 // folder `chat_template.jinja` if present, else

@@ -45,7 +45,10 @@ Value make_loop(int64_t index0, const List& items) {
 
 }  // namespace
 
-Renderer::Renderer(Value context) : context_(std::move(context)) { frames_.emplace_back(); }
+Renderer::Renderer(Value context, std::optional<std::tm> now)
+    : context_(std::move(context)), now_(now) {
+  frames_.emplace_back();
+}
 
 std::string Renderer::render(const Program& program) {
   std::string out;

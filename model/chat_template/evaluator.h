@@ -4,6 +4,8 @@
 // outlives the call, so a ChatTemplate can render from many threads at once.
 #pragma once
 
+#include <ctime>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,13 +17,16 @@ namespace pagedserve::model::chat {
 class Renderer {
  public:
   // `context` is a dict: the request's variables (messages, add_generation_prompt, ...).
-  explicit Renderer(Value context);
+  // `now`: the local time strftime_now() formats; nullopt reads the system clock.
+  explicit Renderer(Value context, std::optional<std::tm> now = std::nullopt);
 
   std::string render(const Program& program);
 
   Value eval(const Expr& e);
   // Runs a {% macro %} body with its parameters bound; returns what it rendered.
   Value call_macro(const Stmt& macro, const CallArgs& args);
+
+  const std::optional<std::tm>& now() const { return now_; }
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };
@@ -51,6 +56,7 @@ class Renderer {
   Value context_;
   std::vector<Frame> frames_;
   int macro_depth_ = 0;
+  std::optional<std::tm> now_;
 };
 
 }  // namespace pagedserve::model::chat

@@ -1,13 +1,14 @@
 // Python str and dict methods that chat templates call (`content.strip()`, `msg.get('x')`,
 // `'{}'.format(x)`), and the global functions transformers provides: range, namespace, dict,
-// raise_exception and strftime_now. Whitespace means ASCII whitespace (plus \x1c-\x1f), and
-// case mapping is ASCII-only.
+// raise_exception and strftime_now. Whitespace is Python's str.isspace() set (Unicode
+// included: NBSP, U+2028, ideographic space, ...); case mapping is ASCII-only.
 #include <algorithm>
 #include <cctype>
 #include <ctime>
 #include <unordered_map>
 
 #include "model/chat_template/chat_template_error.h"
+#include "model/chat_template/evaluator.h"
 #include "model/chat_template/filters.h"
 #include "model/chat_template/operations.h"
 
@@ -19,6 +20,24 @@ namespace {
 
 bool is_py_space(char c) {
   return c == ' ' || (c >= '\t' && c <= '\r') || (c >= '\x1c' && c <= '\x1f');
+}
+
+// One code point's UTF-8 bytes (as split_code_points gives them) against Python's
+// str.isspace(): ASCII whitespace, U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029,
+// U+202F, U+205F, U+3000.
+bool is_py_space_code_point(std::string_view cp) {
+  if (cp.size() == 1) return is_py_space(cp[0]);
+  uint32_t value = 0;
+  if (cp.size() == 2) {
+    value = ((cp[0] & 0x1fu) << 6) | (cp[1] & 0x3fu);
+  } else if (cp.size() == 3) {
+    value = ((cp[0] & 0x0fu) << 12) | ((cp[1] & 0x3fu) << 6) | (cp[2] & 0x3fu);
+  } else {
+    return false;  // nothing above U+FFFF is whitespace
+  }
+  return value == 0x85 || value == 0xa0 || value == 0x1680 ||
+         (value >= 0x2000 && value <= 0x200a) || value == 0x2028 || value == 0x2029 ||
+         value == 0x202f || value == 0x205f || value == 0x3000;
 }
 
 std::string string_arg(const CallArgs& args, size_t index, const char* name, const char* method) {
@@ -38,26 +57,37 @@ int64_t maxsplit_arg(const CallArgs& args) {
 Value split(const std::string& s, const Value* sep, int64_t maxsplit, bool from_right) {
   std::vector<std::string> parts;
   if (!sep || sep->is_none()) {
-    // Split the left or right end first by walking the string in that direction.
-    std::string text = s;
-    if (from_right) std::reverse(text.begin(), text.end());
+    // Split the left or right end first by walking the code points in that direction.
+    std::vector<std::string> cps = split_code_points(s);
+    if (from_right) std::reverse(cps.begin(), cps.end());
+    const auto join = [&](size_t begin, size_t end) {
+      std::string out;
+      for (size_t k = begin; k < end; ++k) out += cps[k];
+      return out;
+    };
     size_t i = 0;
     while (true) {
-      while (i < text.size() && is_py_space(text[i])) ++i;
-      if (i >= text.size()) break;
+      while (i < cps.size() && is_py_space_code_point(cps[i])) ++i;
+      if (i >= cps.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-        size_t end = text.size();
-        while (end > i && is_py_space(text[end - 1])) --end;
-        parts.push_back(text.substr(i, end - i));
+        size_t end = cps.size();
+        while (end > i && is_py_space_code_point(cps[end - 1])) --end;
+        parts.push_back(join(i, end));
         break;
       }
       size_t j = i;
-      while (j < text.size() && !is_py_space(text[j])) ++j;
-      parts.push_back(text.substr(i, j - i));
+      while (j < cps.size() && !is_py_space_code_point(cps[j])) ++j;
+      parts.push_back(join(i, j));
       i = j;
     }
     if (from_right) {
-      for (std::string& p : parts) std::reverse(p.begin(), p.end());
+      // Each part was joined from reversed code points: reverse them back, code point-wise.
+      for (std::string& p : parts) {
+        std::vector<std::string> part_cps = split_code_points(p);
+        std::reverse(part_cps.begin(), part_cps.end());
+        p.clear();
+        for (const std::string& c : part_cps) p += c;
+      }
       std::reverse(parts.begin(), parts.end());
     }
   } else {
@@ -238,6 +268,10 @@ std::optional<Value> string_method(const std::string& s, std::string_view name,
       if (name == "isalnum") return std::isalnum(c) != 0;
       return is_py_space(ch);
     };
+    if (name == "isspace" && !is_ascii(s)) {
+      const std::vector<std::string> cps = split_code_points(s);
+      return Value(!cps.empty() && std::all_of(cps.begin(), cps.end(), is_py_space_code_point));
+    }
     return Value(std::all_of(s.begin(), s.end(), ok));
   }
   return std::nullopt;
@@ -304,10 +338,15 @@ Value make_dict(const CallArgs& args, Dict::Kind kind) {
   return Value::dict(std::move(d));
 }
 
-std::string strftime_now(const std::string& fmt) {
-  std::time_t now = std::time(nullptr);
+// C strftime of `pinned`, or of the system clock's local time when none is pinned.
+std::string strftime_now(const std::string& fmt, const std::optional<std::tm>& pinned) {
   std::tm local{};
-  localtime_r(&now, &local);
+  if (pinned) {
+    local = *pinned;
+  } else {
+    std::time_t now = std::time(nullptr);
+    localtime_r(&now, &local);
+  }
   if (fmt.empty()) return "";
   for (size_t size = 256; size <= 65536; size *= 4) {
     std::string buf(size, '\0');
@@ -328,13 +367,15 @@ std::string strip_string(const std::string& s, const Value* chars, bool left, bo
       while (end > begin && in_set(s[end - 1])) --end;
     return s.substr(begin, end - begin);
   };
-  if (!chars || chars->is_none() || chars->is_undefined()) return strip_it(is_py_space);
-  if (!chars->is_string()) fail("strip() argument must be a string or none");
-  const std::string& set = chars->as_string();
-  if (!is_ascii(set)) {
+  const bool whitespace = !chars || chars->is_none() || chars->is_undefined();
+  if (whitespace && is_ascii(s)) return strip_it(is_py_space);
+  if (!whitespace && !chars->is_string()) fail("strip() argument must be a string or none");
+  const std::string set = whitespace ? std::string() : chars->as_string();
+  if (whitespace || !is_ascii(set)) {
     // Multi-byte characters: strip whole code points, not bytes.
     std::vector<std::string> cps = split_code_points(s), strip_set = split_code_points(set);
     auto in = [&](const std::string& c) {
+      if (whitespace) return is_py_space_code_point(c);
       return std::find(strip_set.begin(), strip_set.end(), c) != strip_set.end();
     };
     size_t begin = 0, end = cps.size();
@@ -375,10 +416,10 @@ const Value* find_global(std::string_view name) {
                                                                       : "raise_exception() called");
                                         })},
       {"strftime_now", make_function("strftime_now",
-                                     [](Renderer&, const CallArgs& a) {
+                                     [](Renderer& r, const CallArgs& a) {
                                        const Value* fmt = a.get(0, "format");
-                                       return Value(
-                                           strftime_now(fmt ? to_output_string(*fmt) : "%Y-%m-%d"));
+                                       return Value(strftime_now(
+                                           fmt ? to_output_string(*fmt) : "%Y-%m-%d", r.now()));
                                      })},
   };
   auto it = globals.find(name);

@@ -251,6 +251,34 @@ TEST(ChatTemplateMethods, StringMethods) {
 
 // jinja2's default Undefined raises on `undefined.attr`; as the engine's brief asks, ours
 // gives another Undefined, so optional fields of optional fields read as absent.
+// Python's str.isspace() set: NBSP, U+2028 and the ideographic space are whitespace to
+// strip(), split() and |trim (Llama 3.1's template trims every message), other code points
+// are not.
+TEST(ChatTemplateMethods, UnicodeWhitespace) {
+  EXPECT_EQ(render("[{{ '\u00a0 x\u3000y\u2028'.strip() }}]"), "[x\u3000y]");
+  EXPECT_EQ(render("[{{ '\u2028x\u00a0'|trim }}]"), "[x]");
+  EXPECT_EQ(render("[{{ '\u00a0x'.lstrip() }}|{{ 'x\u205f'.rstrip() }}]"), "[x|x]");
+  EXPECT_EQ(render("{{ 'a\u3000b\u00a0 c'.split()|join(',') }}"), "a,b,c");
+  EXPECT_EQ(render("{{ 'a\u3000b\u00a0c'.rsplit(none, 1)|join(',') }}"), "a\u3000b,c");
+  EXPECT_EQ(render("{{ '\u00a0\u2028'.isspace() }}|{{ '\u00e9'.isspace() }}"), "True|False");
+  EXPECT_EQ(render("[{{ '\u00e9 '.strip() }}]"), "[\u00e9]");
+}
+
+// strftime_now reads the pinned clock when RenderOptions gives one.
+TEST(ChatTemplateRender, StrftimeNowReadsThePinnedClock) {
+  RenderOptions options;
+  options.now = parse_local_time("2026-03-05T09:07:02");
+  ASSERT_TRUE(options.now.has_value());
+  EXPECT_EQ(ChatTemplate::parse("{{ strftime_now('%d %b %Y %H:%M:%S %A %j') }}")
+                .render(context(), options),
+            "05 Mar 2026 09:07:02 Thursday 064");
+  EXPECT_TRUE(parse_local_time("2024-02-29 23:59:59").has_value());
+  EXPECT_FALSE(parse_local_time("2025-02-29T00:00:00").has_value());
+  EXPECT_FALSE(parse_local_time("2026-03-05T09:07").has_value());
+  EXPECT_FALSE(parse_local_time("2026-13-05T09:07:02").has_value());
+  EXPECT_FALSE(parse_local_time("2026-03-05T09:07:02Z").has_value());
+}
+
 TEST(ChatTemplateUndefined, BehavesLikeDefaultUndefinedButChains) {
   EXPECT_EQ(
       render(
