@@ -81,6 +81,7 @@ class LazyDfa {
     heads_.clear();
     begin_.assign(1, 0);
     next_.clear();
+    if (next_.capacity() > kKeptTables) next_.shrink_to_fit();  // a rare huge walk: let go
     scratch_.clear();
     arena_.load(stacks, scratch_);
     return intern(0);
@@ -117,7 +118,8 @@ class LazyDfa {
   }
 
  private:
-  static constexpr size_t kMaxTables = 1 << 14;  // states with a memo table (1 KiB each)
+  static constexpr size_t kMaxTables = 1 << 14;   // states with a memo table (1 KiB each)
+  static constexpr size_t kKeptTables = 1 << 10;  // memory kept by the thread between walks
 
   // The state of the heads scratch_[from, end).
   int32_t intern(size_t from) {
