@@ -53,6 +53,7 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(
     std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenVocabulary> vocab) {
   auto impl = std::make_unique<Impl>();
   detail::PushdownArena arena(*grammar);
+  arena.set_interning(true);
   std::vector<uint32_t> heads;
   arena.start(heads);
   impl->start = arena.extract(heads, 0, heads.size());
@@ -86,8 +87,11 @@ GrammarMatcher::~GrammarMatcher() = default;
 bool GrammarMatcher::accept_bytes(std::string_view bytes) {
   if (state_->terminated) return bytes.empty();
   if (bytes.empty()) return true;
-  detail::PushdownArena arena(compiled_->grammar());
-  std::vector<uint32_t> heads;
+  thread_local detail::PushdownArena arena;  // keeps its memory between calls
+  thread_local std::vector<uint32_t> heads;
+  arena.rebind(compiled_->grammar());
+  arena.set_interning(true);
+  heads.clear();
   arena.load(state_->stacks, heads);
   size_t begin = 0;
   for (char c : bytes) {

@@ -12,6 +12,7 @@ namespace pagedserve::model::grammar::detail {
 void PushdownArena::closure(uint32_t pos, uint32_t parent, std::vector<uint32_t>& heads) {
   const std::vector<Element>& el = g_->elements;
   for (;;) {
+    if (interning_ && !closures_seen_.insert((uint64_t{pos} << 32) | parent).second) return;
     const Element e = el[pos];
     if (is_terminal(e.kind)) {
       heads.push_back(push(pos, parent));
@@ -35,6 +36,7 @@ void PushdownArena::closure(uint32_t pos, uint32_t parent, std::vector<uint32_t>
 
 void PushdownArena::start(std::vector<uint32_t>& heads) {
   const size_t begin = heads.size();
+  closures_seen_.clear();
   for (uint32_t alt : g_->rule_alternatives[g_->root]) closure(alt, kNoNode, heads);
   dedupe(heads, begin);
 }
@@ -50,6 +52,7 @@ void PushdownArena::load(const StackSet& state, std::vector<uint32_t>& heads) {
 void PushdownArena::advance(std::vector<uint32_t>& heads, size_t begin, size_t end, uint8_t byte) {
   const std::vector<Element>& el = g_->elements;
   const size_t out = heads.size();
+  closures_seen_.clear();
   for (size_t i = begin; i < end; ++i) {
     const uint32_t h = heads[i];
     if (h == kNoNode) continue;

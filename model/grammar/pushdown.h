@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "model/grammar/grammar_ir.h"
@@ -37,7 +38,9 @@ class PushdownArena {
     interned_.clear();
   }
   // Interning: one node per (position, parent) pair, so equal stacks get equal head ids (a
-  // walk that memoizes states by their heads needs that). Not with truncate().
+  // walk that memoizes states by their heads needs that), and a closure already followed in
+  // this step is not followed again: ambiguous grammars (("a"?){0,300}) stay polynomial instead
+  // of multiplying equal stacks. Not with truncate().
   void set_interning(bool on) {
     interning_ = on;
     interned_.clear();
@@ -81,6 +84,7 @@ class PushdownArena {
   uint32_t stamp_ = 0;
   bool interning_ = false;
   std::unordered_map<uint64_t, uint32_t> interned_;
+  std::unordered_set<uint64_t> closures_seen_;  // (pos, parent) followed in this step
 };
 
 }  // namespace pagedserve::model::grammar::detail

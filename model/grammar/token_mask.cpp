@@ -81,6 +81,7 @@ class LazyDfa {
     heads_.clear();
     begin_.assign(1, 0);
     next_.clear();
+    if (next_.capacity() > kKeptTables) next_.shrink_to_fit();  // a rare huge walk: let go
     scratch_.clear();
     arena_.load(stacks, scratch_);
     return intern(0);
@@ -91,6 +92,10 @@ class LazyDfa {
       if (heads_[i] == kNoNode) return true;
     return false;
   }
+
+  // The memo tables (valid until the next step()), for the walk's inlined fast path.
+  const std::array<int32_t, 256>* tables() const { return next_.data(); }
+  size_t num_tables() const { return next_.size(); }
 
   int32_t step(int32_t state, uint8_t byte) {
     if (static_cast<size_t>(state) < next_.size()) {
@@ -113,7 +118,8 @@ class LazyDfa {
   }
 
  private:
-  static constexpr size_t kMaxTables = 1 << 14;  // states with a memo table (1 KiB each)
+  static constexpr size_t kMaxTables = 1 << 14;   // states with a memo table (1 KiB each)
+  static constexpr size_t kKeptTables = 1 << 10;  // memory kept by the thread between walks
 
   // The state of the heads scratch_[from, end).
   int32_t intern(size_t from) {
@@ -152,15 +158,24 @@ void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const St
   const auto* data = reinterpret_cast<const uint8_t*>(trie.data.data());
   const uint32_t* offsets = trie.offsets.data();
   const uint32_t* lcp = trie.lcp.data();
+  const std::array<int32_t, 256>* tables = dfa.tables();
+  size_t num_tables = dfa.num_tables();
   for (size_t i = 0; i < n;) {
     const uint8_t* bytes = data + offsets[i];
     const size_t len = offsets[i + 1] - offsets[i];
     if (level.size() < len + 1) level.resize(len + 1);
     size_t d = std::min<size_t>(lcp[i], depth);
+    int32_t state = level[d];
     for (; d < len; ++d) {
-      const int32_t next = dfa.step(level[d], bytes[d]);
+      int32_t next =
+          static_cast<size_t>(state) < num_tables ? tables[state][bytes[d]] : LazyDfa::kUnknown;
+      if (next == LazyDfa::kUnknown) {
+        next = dfa.step(state, bytes[d]);
+        tables = dfa.tables();
+        num_tables = dfa.num_tables();
+      }
       if (next == LazyDfa::kDead) break;
-      level[d + 1] = next;
+      level[d + 1] = state = next;
     }
     if (d == len) {
       const int32_t id = trie.ids[i];

@@ -286,3 +286,20 @@ TEST(Gbnf, LongRepetitionChains) {
 
 }  // namespace
 }  // namespace pagedserve::model::grammar
+
+namespace pagedserve::model::grammar {
+namespace {
+
+// Ambiguous grammars reach one state by many paths; equal stacks must be merged, or the
+// number of stacks multiplies with every byte (these took minutes before stacks were interned).
+TEST(Gbnf, AmbiguousGrammarsStayPolynomial) {
+  const std::string a200(200, 'a');
+  EXPECT_TRUE(testing::matches(testing::matcher_for(R"(root ::= ("a"?){0,300})"), a200));
+  EXPECT_FALSE(testing::matches(testing::matcher_for(R"(root ::= ("a"?){0,300})"), a200 + a200));
+  EXPECT_TRUE(testing::matches(testing::matcher_for(R"(root ::= ("a" | "a")* "b")"), a200 + "b"));
+  EXPECT_TRUE(
+      testing::matches(testing::matcher_for("root ::= x* x*\nx ::= \"a\" | \"a\" | \"aa\""), a200));
+}
+
+}  // namespace
+}  // namespace pagedserve::model::grammar
