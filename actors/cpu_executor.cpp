@@ -70,7 +70,7 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
 
   start = Clock::now();
   sample_step_rows(input.seqs, logits, static_cast<size_t>(model_.config().vocab_size), pool_.get(),
-                   output.seqs);
+                   output.seqs, &grammars_, input.step_id);
   output.times.sampling_s = seconds_since(start);
   return output;
 }

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "actors/executor.h"
+#include "actors/grammar_rows.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/llama_model.h"
 #include "model/paged_kv_cache.h"
@@ -39,6 +40,7 @@ class CpuExecutor final : public Executor {
   model::PagedKvCache device_cache_;
   model::PagedKvCache cpu_cache_;
   std::vector<float> logits_;  // reused every step (LlamaModel::forward's logits_buffer)
+  GrammarRowStates grammars_;  // matchers of constrained sequences, across steps
 };
 
 }  // namespace pagedserve::actors

@@ -56,6 +56,7 @@ struct Engine::Impl {
   void shutdown();
 
   EngineConfig config;
+  std::vector<int32_t> eos_token_ids;  // the scheduler's: the model's ids and the tokenizer's
   const EngineOptions options;
   const std::shared_ptr<const model::Tokenizer> tokenizer;
   const std::shared_ptr<runtime::RequestRegistry> registry;
@@ -108,6 +109,7 @@ std::unique_ptr<Engine> Engine::start(const EngineConfig& config_in, const Engin
 
   auto impl = std::make_unique<Impl>(config, options, tokenizer);
   Impl& s = *impl;
+  s.eos_token_ids = setup.scheduler.eos_token_ids;
   s.executor_actor = std::make_unique<ExecutorActor>(std::move(executor), s.executor_inbox,
                                                      s.scheduler_inbox, s.stats);
   s.prefix_cache_actor = std::make_unique<PrefixCacheActor>(
@@ -202,5 +204,7 @@ EngineStats Engine::stats() const {
 const model::Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
 
 const EngineConfig& Engine::config() const { return impl_->config; }
+
+const std::vector<int32_t>& Engine::eos_token_ids() const { return impl_->eos_token_ids; }
 
 }  // namespace pagedserve::actors

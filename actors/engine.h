@@ -172,6 +172,8 @@ class Engine {
   EngineStats stats() const;
   const model::Tokenizer& tokenizer() const;
   const EngineConfig& config() const;  // with max_model_len and num_kv_blocks resolved
+  // The ids that end a sequence (the model config's eos_token_id list and the tokenizer's EOS).
+  const std::vector<int32_t>& eos_token_ids() const;
 
   struct Impl;
 

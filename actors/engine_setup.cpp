@@ -246,6 +246,12 @@ std::string check_request(std::span<const int32_t> prompt_token_ids,
            " (the prompt plus at least one generated token must fit)";
   }
   if (std::string problem = params.validate(); !problem.empty()) return problem;
+  // Grammar masks are applied by the CPU sampler only (actors/grammar_rows.h).
+  if (params.grammar && resolved.device != "cpu") {
+    return "structured outputs (response_format, guided_*, grammar, required tool calls) need "
+           "--device cpu; the " +
+           resolved.device + " executor does not apply grammars yet";
+  }
   if (params.num_sequences() > resolved.max_num_seqs) {
     return "best_of (or n) is " + std::to_string(params.num_sequences()) +
            ", more sequences than --max-num-seqs (" + std::to_string(resolved.max_num_seqs) +

@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "actors/grammar_rows.h"
 #include "actors/step_messages.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -16,13 +17,16 @@ namespace pagedserve::actors {
 // result goes to out[i] for that sequence's index i (out has seqs.size() entries). Rows are
 // independent and each is sampled the same way whichever thread takes it, so they are spread
 // over the pool (may be null). Throws std::invalid_argument for a sampling sequence without
-// params, and rethrows the first error of a row.
+// params, and rethrows the first error of a row. Constrained rows (sampling->grammar) keep
+// their matchers in `grammars` (required when any row is constrained; the step's id prunes it).
 void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<const float> logits,
-                      size_t vocab, kernels::ThreadPool* pool,
-                      std::vector<SequenceStepOutput>& out);
+                      size_t vocab, kernels::ThreadPool* pool, std::vector<SequenceStepOutput>& out,
+                      GrammarRowStates* grammars = nullptr, uint64_t step_id = 0);
 
-// One sequence's row: penalties and banned tokens on a copy, the draws with their logprobs,
-// top logprobs (beam search), reported logprobs (of the raw row).
-SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const float> raw_logits);
+// One sequence's row: penalties, banned tokens and the grammar's mask on a copy, the draws with
+// their logprobs, top logprobs (beam search), reported logprobs (of the raw row). `grammar`:
+// the row's matcher state when constrained (advanced on the draw), else null.
+SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const float> raw_logits,
+                              GrammarRowState* grammar = nullptr);
 
 }  // namespace pagedserve::actors

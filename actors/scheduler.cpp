@@ -673,7 +673,7 @@ ScheduledSequence Scheduler::complete_seq(SequenceGroup& group, Sequence& seq,
   scheduled.sampling = group.shared_sampling;
   const int num_out = static_cast<int>(seq.output_token_ids.size()) + seq.num_pending_samples;
   scheduled.sample_step = static_cast<uint64_t>(num_out);
-  if (group.sampling.has_penalties()) {
+  if (group.sampling.has_penalties() || group.sampling.grammar) {
     if (group.sampling.repetition_penalty != 1.0f)
       scheduled.penalty_prompt_ids = group.prompt_token_ids;
     scheduled.penalty_output_ids = seq.output_token_ids;

@@ -278,7 +278,7 @@ class Scheduler {
   RequestUpdate beam_step(SequenceGroup& group, const StepInput& input, const StepOutput& output,
                           const std::vector<size_t>& rows);
   void append_sample(SequenceGroup& group, Sequence& seq, const model::TokenLogprob& sample,
-                     RequestUpdate& update);
+                     RequestUpdate& update, bool grammar_ended = false);
   FinishReason check_stop(const SequenceGroup& group, const Sequence& seq) const;
   bool is_eos(int32_t token) const;
   double beam_score_of(const SequenceGroup& group, const Sequence& seq) const;

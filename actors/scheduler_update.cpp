@@ -83,12 +83,14 @@ RequestUpdate Scheduler::sample_step(SequenceGroup& group, const StepInput& inpu
                              std::to_string(group.request_id));
     }
     const std::vector<model::SampleLogprobs>& reported = output.seqs[row].reported_logprobs;
+    const std::vector<uint8_t>& grammar_ended = output.seqs[row].grammar_ended;
+    const auto ended = [&](size_t i) { return i < grammar_ended.size() && grammar_ended[i] != 0; };
     // The client's logprobs ride on the update append_sample just made for draw i.
     const auto attach_logprobs = [&](size_t i) {
       if (i < reported.size()) update.seqs.back().logprobs = {reported[i]};
     };
     if (group.forked) {
-      append_sample(group, *group.find(input.seqs[row].seq_id), samples.front(), update);
+      append_sample(group, *group.find(input.seqs[row].seq_id), samples.front(), update, ended(0));
       attach_logprobs(0);
       continue;
     }
@@ -103,7 +105,7 @@ RequestUpdate Scheduler::sample_step(SequenceGroup& group, const StepInput& inpu
       group.seqs.push_back(std::move(child));
     }
     for (size_t i = 0; i < samples.size(); ++i) {
-      append_sample(group, group.seqs[i], samples[i], update);
+      append_sample(group, group.seqs[i], samples[i], update, ended(i));
       attach_logprobs(i);
     }
   }
@@ -111,7 +113,8 @@ RequestUpdate Scheduler::sample_step(SequenceGroup& group, const StepInput& inpu
 }
 
 void Scheduler::append_sample(SequenceGroup& group, Sequence& seq,
-                              const model::TokenLogprob& sample, RequestUpdate& update) {
+                              const model::TokenLogprob& sample, RequestUpdate& update,
+                              bool grammar_ended) {
   seq.output_token_ids.push_back(sample.token_id);
   seq.cumulative_logprob += sample.logprob;
   // The step planned ahead reserved this token's slot before its value was known.
@@ -119,6 +122,9 @@ void Scheduler::append_sample(SequenceGroup& group, Sequence& seq,
     emit(cache::KvMemoryOp::resolve_pending(seq.seq_id, sample.token_id));
   }
   seq.finish_reason = check_stop(group, seq);
+  // A complete structured output stops the sequence whatever ignore_eos and min_tokens say:
+  // the grammar allows no further token.
+  if (grammar_ended && !seq.finished()) seq.finish_reason = FinishReason::kStop;
   if (seq.finished()) free_seq(seq);
   SequenceUpdate change;
   change.index = seq.index;

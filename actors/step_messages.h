@@ -39,7 +39,8 @@ struct ScheduledSequence {
   std::vector<uint64_t> sample_seeds;
   uint64_t sample_step = 0;               // tokens this sequence sampled so far: the RNG counter
   std::vector<int32_t> banned_token_ids;  // never drawn this step (EOS, stop ids < min_tokens)
-  // Only when sampling->has_penalties(): the history the penalties look at.
+  // Only when sampling->has_penalties() or sampling->grammar: the history the penalties look at
+  // and the grammar matcher follows (GrammarRowStates replays it when it lost the sequence).
   std::vector<int32_t> penalty_prompt_ids;  // the prompt (repetition penalty only)
   std::vector<int32_t> penalty_output_ids;  // tokens this sequence generated so far
   int num_top_logprobs = 0;  // (token, logprob) candidates wanted: 2 * beam width, or 0
@@ -62,6 +63,9 @@ struct SequenceStepOutput {
   // Only when sampling->logprobs is set: what the client is told about each draw, parallel to
   // `samples` (raw logprobs, model/sampler.h: SampleLogprobs).
   std::vector<model::SampleLogprobs> reported_logprobs;
+  // Only when sampling->grammar: per draw, whether the grammar is complete after it and allows
+  // nothing more (an end token was drawn, or no byte may follow): the sequence stops there.
+  std::vector<uint8_t> grammar_ended;
 };
 
 // Where an executor's step time went, in seconds (an executor that does not measure a stage

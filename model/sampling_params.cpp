@@ -72,6 +72,8 @@ std::string SamplingParams::validate_sequences() const {
   // Simplification: beams are reshuffled every step, so a stop string would have to be checked
   // on every candidate's text inside the scheduler; vLLM v0 does that, pagedserve refuses it.
   if (!stop.empty()) return "stop strings are not supported with use_beam_search";
+  // Beams are scored over the raw distribution, which a grammar would have to reshape per beam.
+  if (grammar) return "structured outputs are not supported with use_beam_search";
   return {};
 }
 

@@ -3,11 +3,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace pagedserve::model {
+
+namespace grammar {
+class CompiledGrammar;  // model/grammar/matcher.h
+}
 
 // Largest SamplingParams::logprobs accepted (vLLM's default max_logprobs).
 inline constexpr int kMaxLogprobs = 20;
@@ -46,6 +51,11 @@ struct SamplingParams {
   // SamplingParams.logprobs; nullopt: none, at no cost). Raw logprobs: log_softmax of the
   // model's logits before penalties, temperature and the top-k/p/min-p filters (model/sampler.h).
   std::optional<int> logprobs;
+
+  // Structured output (response_format, guided_json/regex/choice/grammar, GBNF): every token
+  // drawn must continue a sentence of this grammar, and end tokens only where one is complete;
+  // generation stops (finish_reason "stop") once the grammar allows nothing more. Null: free.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 
   // Empty when valid, else a message naming the bad field, e.g. "top_p must be in (0, 1], got 2".
   std::string validate() const;

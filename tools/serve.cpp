@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "actors/engine.h"
+#include "net/protocol/tool_calls.h"
 #include "net/server/http_server.h"
 #include "tools/cli_flags.h"
 #include "tools/engine_flags.h"
@@ -17,6 +18,8 @@ const char* const kServeHelp =
     "  --host ADDR                  address to listen on (default 127.0.0.1)\n"
     "  --port N                     TCP port (default 8000; 0 picks a free one)\n"
     "  --served-model-name NAME     the `model` clients send (default: the model folder)\n"
+    "  --tool-call-parser NAME      hermes, llama3_json or mistral: how tool calls are written\n"
+    "                               (default: what the chat template shows, else hermes)\n"
     "  --api-key KEY                require 'Authorization: Bearer KEY' (not on /health and\n"
     "                               /metrics)\n"
     "  --max-queued-requests N      waiting requests beyond which new ones get 429 (default\n"
@@ -33,6 +36,11 @@ net::HttpServerConfig server_config_from_flags(const CliFlags& flags) {
   config.host = flags.get("host", config.host);
   config.port = static_cast<uint16_t>(flags.get_int("port", config.port, 0, 65535));
   config.served_model_name = flags.get("served-model-name", "");
+  config.tool_call_parser = flags.get("tool-call-parser", "");
+  if (!config.tool_call_parser.empty() && !net::parse_tool_call_format(config.tool_call_parser)) {
+    throw UsageError("--tool-call-parser must be hermes, llama3_json or mistral, got '" +
+                     config.tool_call_parser + "'");
+  }
   config.api_key = flags.get("api-key", "");
   config.max_queued_requests = static_cast<int>(
       flags.get_int("max-queued-requests", config.max_queued_requests, 0, 1 << 20));
@@ -47,8 +55,9 @@ net::HttpServerConfig server_config_from_flags(const CliFlags& flags) {
 
 int run_serve(const std::vector<std::string>& args) {
   std::set<std::string> value_flags = kEngineValueFlags;
-  value_flags.insert({"host", "port", "served-model-name", "api-key", "max-queued-requests",
-                      "max-body-bytes", "io-threads", "drain-timeout", "log-interval"});
+  value_flags.insert({"host", "port", "served-model-name", "tool-call-parser", "api-key",
+                      "max-queued-requests", "max-body-bytes", "io-threads", "drain-timeout",
+                      "log-interval"});
   std::set<std::string> bool_flags = kEngineBoolFlags;
   bool_flags.insert("help");
   const CliFlags flags(args, value_flags, bool_flags);

@@ -165,11 +165,19 @@ namespace {
 
 std::string format_gbnf(const std::string& format) {
   static const std::string two_digit_hour = R"(( [01] [0-9] | "2" [0-3] ))";
+  // Days per month, and February 29 in leap years only (the Gregorian rule on the four
+  // digits), as RFC 3339 full-date requires and validators check.
   static const std::string date =
-      R"([0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ))";
-  static const std::string time =
-      two_digit_hour + R"( ":" [0-5] [0-9] ":" ( [0-5] [0-9] | "60" ))" +
-      R"( ( "." [0-9]+ )? ( [zZ] | [-+] )" + two_digit_hour + R"( ":" [0-5] [0-9] ))";
+      R"(( [0-9]{4} "-" ( ( "0" [13578] | "1" [02] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ))"
+      R"( | ( "0" [469] | "11" ) "-" ( "0" [1-9] | [12] [0-9] | "30" ))"
+      R"( | "02-" ( "0" [1-9] | "1" [0-9] | "2" [0-8] ) ))"
+      R"( | ( [0-9] [0-9] ( [02468] [48] | [13579] [26] | [2468] "0" ))"
+      R"( | ( [02468] [048] | [13579] [26] ) "00" ) "-02-29" ))";
+  // Seconds 00-59: a leap second (60) is valid only at the end of a UTC day, which validators
+  // check against the offset; never generating one keeps every output valid.
+  static const std::string time = two_digit_hour + R"( ":" [0-5] [0-9] ":" [0-5] [0-9])" +
+                                  R"( ( "." [0-9]+ )? ( [zZ] | [-+] )" + two_digit_hour +
+                                  R"( ":" [0-5] [0-9] ))";
   static const std::string hex = "[0-9a-fA-F]";
   // Approximate email: dot-atoms around "@" and a domain of dotted labels (no quoted local
   // parts, no IP literals).

@@ -57,6 +57,7 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(
   std::vector<uint32_t> heads;
   arena.start(heads);
   impl->start = arena.extract(heads, 0, heads.size());
+  impl->min_rest = detail::min_completion_table(*grammar);
   impl->grammar = std::move(grammar);
   impl->vocab = std::move(vocab);
   return std::shared_ptr<const CompiledGrammar>(new CompiledGrammar(std::move(impl)));
@@ -130,14 +131,42 @@ bool GrammarMatcher::must_end() const { return can_end() && state_->stacks.size(
 size_t GrammarMatcher::num_tokens_accepted() const { return state_->num_tokens; }
 
 void GrammarMatcher::fill_next_token_bitmask(std::span<uint32_t> bitmask) const {
+  fill_next_token_bitmask(bitmask, SIZE_MAX);
+}
+
+void GrammarMatcher::fill_next_token_bitmask(std::span<uint32_t> bitmask,
+                                             size_t max_bytes_after) const {
   const CompiledGrammar::Impl& impl = compiled_->impl();
   assert(bitmask.size() >= bitmask_words(impl.vocab->size()));
   std::fill(bitmask.begin(), bitmask.end(), 0u);
   if (state_->terminated) return;
   const MaskCache::Key key = detail::state_key(state_->stacks);
-  if (impl.cache.lookup(key, bitmask)) return;
-  detail::compute_mask(*impl.grammar, *impl.vocab, state_->stacks, bitmask);
-  impl.cache.insert(key, bitmask);
+  uint32_t max_cost = 0;
+  if (!impl.cache.lookup(key, bitmask, &max_cost)) {
+    detail::compute_mask(*impl.grammar, *impl.vocab, state_->stacks, bitmask, impl.min_rest,
+                         detail::kNoBudget, &max_cost);
+    impl.cache.insert(key, bitmask, max_cost);
+  }
+  if (max_bytes_after >= max_cost) return;  // no allowed token breaks the budget
+  // The tail of a budget: only tokens that leave a completion short enough (not cached: the
+  // budget changes every step). None at all (the budget is already too small): the plain mask.
+  thread_local std::vector<uint32_t> budgeted;
+  budgeted.assign(bitmask.size(), 0u);
+  detail::compute_mask(
+      *impl.grammar, *impl.vocab, state_->stacks, budgeted, impl.min_rest,
+      static_cast<uint32_t>(std::min<size_t>(max_bytes_after, detail::kNoBudget - 2)));
+  if (std::any_of(budgeted.begin(), budgeted.end(), [](uint32_t w) { return w != 0; })) {
+    std::copy(budgeted.begin(), budgeted.end(), bitmask.begin());
+  }
+}
+
+size_t GrammarMatcher::min_completion_bytes() const {
+  if (state_->terminated) return 0;
+  uint32_t best = detail::kNoBudget;
+  for (const std::vector<uint32_t>& stack : state_->stacks) {
+    best = std::min(best, detail::stack_cost(stack, compiled_->impl().min_rest));
+  }
+  return best;
 }
 
 }  // namespace pagedserve::model::grammar

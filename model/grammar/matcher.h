@@ -72,6 +72,14 @@ class GrammarMatcher {
   // token id may come next: its bytes continue a valid prefix of the grammar, or it is an end
   // token and the grammar can end here. After termination only nothing is allowed.
   void fill_next_token_bitmask(std::span<uint32_t> bitmask) const;
+  // The same, keeping only tokens after which the sentence can still be completed in at most
+  // `max_bytes_after` bytes (end tokens where can_end()): what finishes a structured output
+  // within max_tokens, one byte per remaining token at worst (every byte has a token in
+  // byte-level and byte-fallback vocabularies). Near the end of the budget only; when no token
+  // fits, the plain mask (the output will be cut, but stays a prefix of the grammar).
+  void fill_next_token_bitmask(std::span<uint32_t> bitmask, size_t max_bytes_after) const;
+  // Fewest bytes that complete the sentence from here (0 once it can end).
+  size_t min_completion_bytes() const;
   // Advances on the token drawn. False (state unchanged) when the token is not allowed.
   // An end token is accepted where can_end(), and terminates the matcher.
   bool accept_token(int32_t id);

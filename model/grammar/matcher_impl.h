@@ -29,9 +29,9 @@ class MaskCache {
   using Mask = std::vector<uint32_t>;
   explicit MaskCache(size_t budget_bytes) : budget_bytes_(budget_bytes) {}
 
-  // Copies the mask into `out` and returns true on a hit.
-  bool lookup(const Key& key, std::span<uint32_t> out);
-  void insert(const Key& key, const std::span<const uint32_t> mask);
+  // Copies the mask into `out` (and its max_cost, see compute_mask) and returns true on a hit.
+  bool lookup(const Key& key, std::span<uint32_t> out, uint32_t* max_cost);
+  void insert(const Key& key, const std::span<const uint32_t> mask, uint32_t max_cost);
   void clear();
   size_t size() const;
 
@@ -42,6 +42,7 @@ class MaskCache {
  private:
   struct Entry {
     Mask mask;
+    uint32_t max_cost = 0;
     std::list<Key>::iterator lru;
   };
   mutable std::mutex mutex_;
@@ -56,6 +57,9 @@ struct CompiledGrammar::Impl {
   std::shared_ptr<const TokenVocabulary> vocab;
   mutable MaskCache cache{64u << 20};  // shared by every matcher of this grammar
   detail::StackSet start;              // the start state
+  // Fewest bytes from each element position to the end of its alternative
+  // (completion_cost.cpp): a state's shortest completion is its cheapest stack's sum.
+  std::vector<uint32_t> min_rest;
 };
 
 struct GrammarMatcher::State {
@@ -69,9 +73,18 @@ namespace detail {
 // Canonical flat key of a state: for each stack its size then its positions.
 MaskCache::Key state_key(const StackSet& stacks);
 // The mask of `stacks` (not terminated) computed by walking the vocabulary: bits of tokens
-// whose bytes the automaton accepts, plus the end tokens when a stack is complete.
+// whose bytes the automaton accepts, plus the end tokens when a stack is complete. With a
+// `budget`, only tokens after which the sentence can be completed in at most that many bytes
+// (min_rest: CompiledGrammar::Impl). `max_cost` (may be null): the largest shortest-completion
+// over the tokens allowed, so a cached mask tells whether a budget would change it.
+inline constexpr uint32_t kNoBudget = UINT32_MAX;
 void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const StackSet& stacks,
-                  std::span<uint32_t> mask);
+                  std::span<uint32_t> mask, const std::vector<uint32_t>& min_rest,
+                  uint32_t budget = kNoBudget, uint32_t* max_cost = nullptr);
+
+// completion_cost.cpp
+std::vector<uint32_t> min_completion_table(const Grammar& grammar);
+uint32_t stack_cost(const std::vector<uint32_t>& stack, const std::vector<uint32_t>& min_rest);
 
 }  // namespace detail
 }  // namespace pagedserve::model::grammar

@@ -56,6 +56,7 @@ class PushdownArena {
   StackSet extract(const std::vector<uint32_t>& heads, size_t begin, size_t end) const;
 
   size_t num_nodes() const { return nodes_.size(); }
+  const StackNode& node(uint32_t id) const { return nodes_[id]; }
   void truncate(size_t num_nodes) { nodes_.resize(num_nodes); }
   void clear() { nodes_.clear(); }
 

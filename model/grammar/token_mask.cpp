@@ -15,21 +15,22 @@ size_t MaskCache::KeyHash::operator()(const Key& k) const noexcept {
   return static_cast<size_t>(h ^ (h >> 29));
 }
 
-bool MaskCache::lookup(const Key& key, std::span<uint32_t> out) {
+bool MaskCache::lookup(const Key& key, std::span<uint32_t> out, uint32_t* max_cost) {
   std::lock_guard lock(mutex_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return false;
   lru_.splice(lru_.begin(), lru_, it->second.lru);
   std::copy(it->second.mask.begin(), it->second.mask.end(), out.begin());
+  if (max_cost != nullptr) *max_cost = it->second.max_cost;
   return true;
 }
 
-void MaskCache::insert(const Key& key, std::span<const uint32_t> mask) {
+void MaskCache::insert(const Key& key, std::span<const uint32_t> mask, uint32_t max_cost) {
   const size_t entry_bytes = mask.size() * sizeof(uint32_t) + key.size() * sizeof(uint32_t) * 2;
   std::lock_guard lock(mutex_);
   if (entries_.count(key)) return;
   lru_.push_front(key);
-  entries_.emplace(key, Entry{Mask(mask.begin(), mask.end()), lru_.begin()});
+  entries_.emplace(key, Entry{Mask(mask.begin(), mask.end()), max_cost, lru_.begin()});
   bytes_ += entry_bytes;
   while (bytes_ > budget_bytes_ && lru_.size() > 1) {
     auto victim = entries_.find(lru_.back());
@@ -81,6 +82,7 @@ class LazyDfa {
     heads_.clear();
     begin_.assign(1, 0);
     next_.clear();
+    costs_.clear();
     if (next_.capacity() > kKeptTables) next_.shrink_to_fit();  // a rare huge walk: let go
     scratch_.clear();
     arena_.load(stacks, scratch_);
@@ -91,6 +93,22 @@ class LazyDfa {
     for (uint32_t i = begin_[state]; i < begin_[state + 1]; ++i)
       if (heads_[i] == kNoNode) return true;
     return false;
+  }
+
+  // The shortest completion of `state` in bytes: its cheapest stack's sum of min_rest.
+  uint32_t cost(int32_t state, const std::vector<uint32_t>& min_rest) {
+    if (costs_.size() <= static_cast<size_t>(state)) costs_.resize(state + 1, kUnknownCost);
+    uint32_t& memo = costs_[state];
+    if (memo != kUnknownCost) return memo;
+    uint32_t best = kNoBudget;
+    for (uint32_t i = begin_[state]; i < begin_[state + 1]; ++i) {
+      uint64_t sum = 0;
+      for (uint32_t n = heads_[i]; n != kNoNode; n = arena_.node(n).parent) {
+        sum += min_rest[arena_.node(n).pos & kPosMask];
+      }
+      best = static_cast<uint32_t>(std::min<uint64_t>(best, sum));
+    }
+    return memo = best;
   }
 
   // The memo tables (valid until the next step()), for the walk's inlined fast path.
@@ -118,7 +136,8 @@ class LazyDfa {
   }
 
  private:
-  static constexpr size_t kMaxTables = 1 << 14;   // states with a memo table (1 KiB each)
+  static constexpr size_t kMaxTables = 1 << 14;  // states with a memo table (1 KiB each)
+  static constexpr uint32_t kUnknownCost = kNoBudget - 1;
   static constexpr size_t kKeptTables = 1 << 10;  // memory kept by the thread between walks
 
   // The state of the heads scratch_[from, end).
@@ -140,18 +159,22 @@ class LazyDfa {
   std::vector<uint32_t> begin_;
   std::vector<std::array<int32_t, 256>> next_;
   std::vector<uint32_t> scratch_;
+  std::vector<uint32_t> costs_;  // cost() memo by state
 };
 
 }  // namespace
 
 void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const StackSet& stacks,
-                  std::span<uint32_t> mask) {
+                  std::span<uint32_t> mask, const std::vector<uint32_t>& min_rest, uint32_t budget,
+                  uint32_t* max_cost) {
   const TokenVocabulary::Trie& trie = vocab.trie();
   thread_local LazyDfa dfa;
   thread_local std::vector<int32_t> level;  // level[d]: the state after d bytes of the token
   if (level.empty()) level.resize(64);
   level[0] = dfa.reset(grammar, stacks);
   const bool can_end = dfa.can_end(level[0]);
+  const bool costs_wanted = budget != kNoBudget || max_cost != nullptr;
+  uint32_t largest_cost = 0;
 
   size_t depth = 0;  // levels 0..depth are valid
   const size_t n = trie.ids.size();
@@ -179,7 +202,11 @@ void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const St
     }
     if (d == len) {
       const int32_t id = trie.ids[i];
-      mask[id >> 5] |= uint32_t{1} << (id & 31);
+      const uint32_t cost = costs_wanted ? dfa.cost(state, min_rest) : 0;
+      if (cost <= budget) {
+        mask[id >> 5] |= uint32_t{1} << (id & 31);
+        largest_cost = std::max(largest_cost, cost);
+      }
       depth = len;
       ++i;
       continue;
@@ -191,6 +218,7 @@ void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const St
   }
   if (can_end)
     for (int32_t id : trie.end_ids) mask[id >> 5] |= uint32_t{1} << (id & 31);
+  if (max_cost != nullptr) *max_cost = largest_cost;
 }
 
 }  // namespace detail

@@ -82,6 +82,18 @@ std::string Tokenizer::token_bytes(int32_t id) const {
   return impl_->decoder.decode({impl_->id_to_token[id]}, /*lossy=*/false);
 }
 
+std::string Tokenizer::token_bytes_after_text(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= impl_->id_to_token.size()) return "";
+  // Decoded after a plain reference piece, minus that piece: decoders strip or rewrite only
+  // the start of a text (a leading space, a prepended "▁").
+  static const std::string kReference = "x";
+  const std::string reference = impl_->decoder.decode({kReference}, /*lossy=*/false);
+  const std::string both =
+      impl_->decoder.decode({kReference, impl_->id_to_token[id]}, /*lossy=*/false);
+  if (!both.starts_with(reference)) return token_bytes(id);
+  return both.substr(reference.size());
+}
+
 bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && static_cast<size_t>(id) < impl_->is_special.size() && impl_->is_special[id];
 }

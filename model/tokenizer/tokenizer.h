@@ -54,6 +54,10 @@ class Tokenizer {
   // UTF-8 character kept as raw bytes instead of U+FFFD; "" when out of range. What OpenAI's
   // logprobs `bytes` field carries.
   std::string token_bytes(int32_t id) const;
+  // The bytes token `id` adds when it follows other text: token_bytes without the decoder's
+  // start-of-text rules (SentencePiece's "▁s" is " s" here, "s" in token_bytes). What a
+  // grammar matcher must see, since generated tokens continue a prompt.
+  std::string token_bytes_after_text(int32_t id) const;
   bool is_special(int32_t id) const;
 
   struct Impl;

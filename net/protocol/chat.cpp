@@ -7,6 +7,10 @@
 #include <climits>
 
 #include "model/chat_template/chat_template_error.h"
+#include "model/grammar/grammar.h"
+#include "net/protocol/chat_tools.h"
+#include "net/protocol/structured_output.h"
+#include "net/protocol/tool_call_grammar.h"
 
 namespace pagedserve::net {
 
@@ -39,6 +43,43 @@ Result<std::string> join_parts(const nlohmann::json& parts, const std::string& p
   return text;
 }
 
+// An assistant turn's tool_calls as templates expect them: each {"id", "type", "function":
+// {"name", "arguments"}} with arguments a JSON object, parsed from the string OpenAI clients
+// send (as vLLM does; transformers documents dict arguments). Unparsable arguments stay text.
+Result<nlohmann::ordered_json> read_tool_calls(const nlohmann::json& calls,
+                                               const std::string& param) {
+  const std::string calls_param = param + ".tool_calls";
+  if (!calls.is_array()) return invalid_request(calls_param + " must be a list", calls_param);
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const std::string call_param = calls_param + "[" + std::to_string(i) + "]";
+    const nlohmann::json& call = calls[i];
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
+        !call["function"].contains("name") || !call["function"]["name"].is_string()) {
+      return invalid_request(call_param +
+                                 " must be {\"id\", \"type\": \"function\", \"function\": "
+                                 "{\"name\", \"arguments\"}}",
+                             call_param);
+    }
+    nlohmann::ordered_json entry;
+    if (call.contains("id") && call["id"].is_string()) entry["id"] = call["id"];
+    entry["type"] = "function";
+    nlohmann::ordered_json function;
+    function["name"] = call["function"]["name"];
+    const nlohmann::json args = call["function"].value("arguments", nlohmann::json("{}"));
+    if (args.is_string()) {
+      auto parsed = nlohmann::ordered_json::parse(args.get<std::string>(), nullptr, false);
+      function["arguments"] =
+          parsed.is_discarded() ? nlohmann::ordered_json(args.get<std::string>()) : parsed;
+    } else {
+      function["arguments"] = nlohmann::ordered_json::parse(args.dump());
+    }
+    entry["function"] = std::move(function);
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 // One validated message as the template sees it: {"role", "content"[, "name"]}.
 Result<nlohmann::ordered_json> read_message(const nlohmann::json& message, size_t i) {
   const std::string param = "messages[" + std::to_string(i) + "]";
@@ -59,10 +100,14 @@ Result<nlohmann::ordered_json> read_message(const nlohmann::json& message, size_
   out["role"] = role_name;
   auto content = message.find("content");
   const std::string content_param = param + ".content";
+  const bool has_tool_calls = role_name == "assistant" && message.contains("tool_calls") &&
+                              !message["tool_calls"].is_null();
   if (content == message.end() || content->is_null()) {
     if (role_name != "assistant") {
       return invalid_request(content_param + " is required", content_param);
     }
+    // "" rather than null even for a turn of tool calls: some templates (Phi-3.5,
+    // DeepSeek-R1) fail on a None content, and the others render both the same.
     out["content"] = "";
   } else if (content->is_string()) {
     out["content"] = content->get<std::string>();
@@ -79,13 +124,49 @@ Result<nlohmann::ordered_json> read_message(const nlohmann::json& message, size_
       return invalid_request(param + ".name must be a string", param + ".name");
     out["name"] = name->get<std::string>();
   }
+  if (has_tool_calls) {
+    Result<nlohmann::ordered_json> calls = read_tool_calls(message["tool_calls"], param);
+    if (!calls) return calls.error();
+    out["tool_calls"] = std::move(calls.value());
+  }
+  if (role_name == "tool") {
+    if (auto id = message.find("tool_call_id"); id != message.end() && !id->is_null()) {
+      if (!id->is_string()) {
+        return invalid_request(param + ".tool_call_id must be a string", param + ".tool_call_id");
+      }
+      out["tool_call_id"] = id->get<std::string>();
+    }
+  }
   return out;
+}
+
+// tool_choice "required" or a named function: the output must be calls (tool_call_grammar.h).
+void constrain_to_tool_calls(FieldReader& fields, const ServedModel& served, const ChatTools& tools,
+                             model::SamplingParams& sampling) {
+  if (!tools.calls_forced()) return;
+  if (sampling.grammar) {
+    fields.fail(invalid_request(
+        "tool_choice required (or a named function) cannot be combined with a structured output",
+        "tool_choice"));
+    return;
+  }
+  OutputConstraint constraint;
+  constraint.param = "tools";
+  constraint.root = kToolCallsRootRule;
+  try {
+    constraint.gbnf = tool_call_gbnf(tools, served.tool_call_format);
+  } catch (const model::grammar::GrammarError& e) {
+    fields.fail(invalid_request(e.what(), "tools"));
+    return;
+  }
+  compile_output_constraint(fields, served, constraint, sampling);
 }
 
 }  // namespace
 
 Result<std::string> render_chat(const nlohmann::json* messages, const ServedModel& served,
-                                bool add_generation_prompt, const nlohmann::json* kwargs) {
+                                bool add_generation_prompt, const nlohmann::json* kwargs,
+                                const nlohmann::ordered_json* tools) {
   if (!messages) return invalid_request("messages is required", "messages");
   if (!messages->is_array()) return invalid_request("messages must be a list", "messages");
   if (messages->empty()) {
@@ -102,6 +183,9 @@ Result<std::string> render_chat(const nlohmann::json* messages, const ServedMode
     list.push_back(std::move(message.value()));
   }
   context["messages"] = std::move(list);
+  // Always defined, null without tools, as transformers' apply_chat_template passes them.
+  context["tools"] = tools != nullptr && !tools->empty() ? *tools : nlohmann::ordered_json();
+  context["documents"] = nlohmann::ordered_json();
   context["add_generation_prompt"] = add_generation_prompt;
   context["bos_token"] = served.bos_token;
   context["eos_token"] = served.eos_token;
@@ -115,16 +199,20 @@ Result<std::string> render_chat(const nlohmann::json* messages, const ServedMode
   }
 }
 
-Result<GenerationRequest> parse_chat_json(const nlohmann::json& body, const ServedModel& served) {
+Result<GenerationRequest> parse_chat_json(const nlohmann::json& body, const ServedModel& served,
+                                          const nlohmann::ordered_json* ordered) {
   if (!body.is_object()) return invalid_request("the request body must be a JSON object");
   FieldReader fields(body);
   GenerationRequest out;
   out.endpoint = Endpoint::kChat;
   model::SamplingParams sampling;
   read_shared_fields(fields, served, sampling, out);
-  if (const nlohmann::json* tools = fields.find("tools")) {
-    fields.require(tools->is_array() && tools->empty(), "tools are not supported", "tools");
+  if (auto constraint = read_output_constraint(fields, ordered)) {
+    compile_output_constraint(fields, served, *constraint, sampling);
   }
+  const ChatTools tools = read_chat_tools(fields, ordered);
+  if (!fields.failed()) constrain_to_tool_calls(fields, served, tools, sampling);
+  if (tools.calls_wanted()) out.tool_call_format = served.tool_call_format;
   std::optional<int64_t> max_tokens = fields.integer("max_completion_tokens", 1, INT_MAX);
   std::optional<int64_t> legacy_max = fields.integer("max_tokens", 1, INT_MAX);
   if (!max_tokens) max_tokens = legacy_max;
@@ -134,7 +222,7 @@ Result<GenerationRequest> parse_chat_json(const nlohmann::json& body, const Serv
   if (fields.failed()) return fields.error();
 
   Result<std::string> prompt =
-      render_chat(fields.find("messages"), served, add_generation_prompt, kwargs);
+      render_chat(fields.find("messages"), served, add_generation_prompt, kwargs, &tools.tools);
   if (!prompt) return prompt.error();
   actors::GenerateRequest request;
   try {
@@ -157,7 +245,8 @@ Result<GenerationRequest> parse_chat_json(const nlohmann::json& body, const Serv
 Result<GenerationRequest> parse_chat_request(std::string_view body, const ServedModel& served) {
   Result<nlohmann::json> parsed = parse_json_object(body);
   if (!parsed) return parsed.error();
-  return parse_chat_json(parsed.value(), served);
+  const std::optional<nlohmann::ordered_json> ordered = parse_ordered_if_needed(body);
+  return parse_chat_json(parsed.value(), served, ordered ? &*ordered : nullptr);
 }
 
 }  // namespace pagedserve::net

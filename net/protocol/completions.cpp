@@ -1,6 +1,8 @@
 // Parsing POST /v1/completions bodies (see completions.h).
 #include "net/protocol/completions.h"
 
+#include "net/protocol/structured_output.h"
+
 #include <climits>
 
 namespace pagedserve::net {
@@ -100,13 +102,17 @@ void encode_prompts(FieldReader& fields, const ServedModel& served, std::vector<
 }  // namespace
 
 Result<GenerationRequest> parse_completion_json(const nlohmann::json& body,
-                                                const ServedModel& served) {
+                                                const ServedModel& served,
+                                                const nlohmann::ordered_json* ordered) {
   if (!body.is_object()) return invalid_request("the request body must be a JSON object");
   FieldReader fields(body);
   GenerationRequest out;
   out.endpoint = Endpoint::kCompletions;
   model::SamplingParams sampling;
   read_shared_fields(fields, served, sampling, out);
+  if (auto constraint = read_output_constraint(fields, ordered)) {
+    compile_output_constraint(fields, served, *constraint, sampling);
+  }
   if (fields.find("suffix")) {
     fields.fail(invalid_request("suffix is not supported", "suffix"));
   }
@@ -131,7 +137,8 @@ Result<GenerationRequest> parse_completion_request(std::string_view body,
                                                    const ServedModel& served) {
   Result<nlohmann::json> parsed = parse_json_object(body);
   if (!parsed) return parsed.error();
-  return parse_completion_json(parsed.value(), served);
+  const std::optional<nlohmann::ordered_json> ordered = parse_ordered_if_needed(body);
+  return parse_completion_json(parsed.value(), served, ordered ? &*ordered : nullptr);
 }
 
 }  // namespace pagedserve::net

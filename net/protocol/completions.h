@@ -24,7 +24,9 @@ inline constexpr int kDefaultCompletionMaxTokens = 16;  // OpenAI's default for 
 
 Result<GenerationRequest> parse_completion_request(std::string_view body,
                                                    const ServedModel& served);
+// `ordered`: the same body with its key order kept (structured_output.h), or null.
 Result<GenerationRequest> parse_completion_json(const nlohmann::json& body,
-                                                const ServedModel& served);
+                                                const ServedModel& served,
+                                                const nlohmann::ordered_json* ordered = nullptr);
 
 }  // namespace pagedserve::net

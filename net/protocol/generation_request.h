@@ -16,6 +16,7 @@
 #include "net/protocol/api_error.h"
 #include "net/protocol/json_fields.h"
 #include "net/protocol/served_model.h"
+#include "net/protocol/tool_calls.h"
 
 namespace pagedserve::net {
 
@@ -49,6 +50,9 @@ struct GenerationRequest {
   float frequency_penalty = 0.0f;   // [-2, 2]
   float repetition_penalty = 1.0f;  // (0, 2]
   std::string user;                 // OpenAI's end-user id; only logged
+  // Chat with tools (tool_choice not "none"): each choice's text is parsed for tool calls in
+  // this format (message.tool_calls, finish_reason "tool_calls"); nullopt: plain text.
+  std::optional<ToolCallFormat> tool_call_format;
 
   size_t num_choices() const { return prompts.size() * static_cast<size_t>(n); }
 };

@@ -129,6 +129,12 @@ ResponseAssembler::ResponseAssembler(const GenerationRequest& request, std::stri
       prompts_(request.prompts.size()),
       choices_(request.num_choices()) {
   if (request.echo && endpoint_ == Endpoint::kCompletions) echo_texts_ = request.prompt_texts;
+  if (endpoint_ == Endpoint::kChat) tool_format_ = request.tool_call_format;
+  if (tool_format_ && stream_) {
+    for (Choice& choice : choices_) {
+      choice.tool_parser = std::make_shared<ToolCallStreamParser>(*tool_format_);
+    }
+  }
   for (size_t i = 0; i < prompts_.size(); ++i) {
     prompts_[i].num_prompt_tokens = static_cast<int>(request.prompts[i].prompt_token_ids.size());
   }
@@ -185,6 +191,9 @@ std::string ResponseAssembler::stream_text(size_t choice, const std::string& tex
       content = echo_texts_[choice / n_] + content;
     }
   }
+  if (choices_[choice].tool_parser) {
+    return out + stream_delta(choice, choices_[choice].tool_parser->feed(content), logprobs);
+  }
   if (!content.empty() || !logprobs.empty()) {
     ordered_json chunk = choice_chunk(choice, content, "");
     if (!logprobs.empty()) {
@@ -196,13 +205,38 @@ std::string ResponseAssembler::stream_text(size_t choice, const std::string& tex
   return out;
 }
 
-// Ends one choice (streaming: opens it if it never produced text, then its final chunk).
+// A tool parser's output for one choice: a chunk with the content and/or tool_calls it
+// released (none when it released nothing and there are no logprobs to send).
+std::string ResponseAssembler::stream_delta(size_t choice, const ToolCallStreamDelta& delta,
+                                            std::span<const actors::TokenLogprobs> logprobs) {
+  if (delta.empty() && logprobs.empty()) return {};
+  ordered_json chunk = choice_chunk(choice, delta.content, "");
+  ordered_json& delta_json = chunk["choices"][0]["delta"];
+  if (delta.content.empty()) delta_json.erase("content");
+  if (!delta.tool_calls.empty()) delta_json["tool_calls"] = delta.tool_calls;
+  if (!logprobs.empty()) {
+    chunk["choices"][0]["logprobs"] = logprobs_json(logprobs, choices_[choice].text_chars);
+  }
+  choices_[choice].text_chars += count_code_points(delta.content);
+  return sse_event(chunk);
+}
+
+// Ends one choice (streaming: opens it if it never produced text, flushes what a tool parser
+// held back, then its final chunk).
 std::string ResponseAssembler::finish_choice(size_t choice, const std::string& reason) {
-  if (choices_[choice].finished) return {};
-  choices_[choice].finished = true;
-  choices_[choice].finish_reason = reason;
+  Choice& state = choices_[choice];
+  if (state.finished) return {};
+  state.finished = true;
+  state.finish_reason = reason;
   if (!stream_) return {};
-  return stream_text(choice, "") + sse_event(choice_chunk(choice, "", reason));
+  std::string out = stream_text(choice, "");
+  if (state.tool_parser) {
+    out += stream_delta(choice, state.tool_parser->finish(), {});
+    if (state.tool_parser->num_calls() > 0 && (reason == "stop" || reason == "length")) {
+      state.finish_reason = "tool_calls";
+    }
+  }
+  return out + sse_event(choice_chunk(choice, "", state.finish_reason));
 }
 
 // Ends a prompt: its choices still open take `reason`; after the last prompt, the usage chunk
@@ -288,6 +322,22 @@ Usage ResponseAssembler::usage() const {
   return usage;
 }
 
+// A non-streamed chat choice's message; with tools, its calls parsed out of the text (and a
+// "stop" finish_reason becomes "tool_calls").
+ordered_json ResponseAssembler::chat_message(const Choice& choice,
+                                             std::string& finish_reason) const {
+  ordered_json message = {{"role", "assistant"}, {"content", choice.text}};
+  if (!tool_format_) return message;
+  ParsedToolCalls parsed = parse_tool_calls(choice.text, *tool_format_);
+  if (parsed.calls.empty()) return message;
+  message["content"] = parsed.content.empty() ? ordered_json() : ordered_json(parsed.content);
+  message["tool_calls"] = ordered_json::array();
+  for (const ToolCall& call : parsed.calls) message["tool_calls"].push_back(tool_call_json(call));
+  // Calls were made: "tool_calls", also when max_tokens ended the turn after them.
+  if (finish_reason == "stop" || finish_reason == "length") finish_reason = "tool_calls";
+  return message;
+}
+
 HttpResponse ResponseAssembler::response() const {
   if (error_) return error_response(*error_);
   ordered_json body = chunk_base();
@@ -297,13 +347,14 @@ HttpResponse ResponseAssembler::response() const {
     const Choice& choice = choices_[c];
     ordered_json entry;
     entry["index"] = c;
+    std::string finish_reason = choice.finish_reason;
     if (endpoint_ == Endpoint::kChat) {
-      entry["message"] = {{"role", "assistant"}, {"content", choice.text}};
+      entry["message"] = chat_message(choice, finish_reason);
     } else {
       entry["text"] = echo_texts_.empty() ? choice.text : echo_texts_[c / n_] + choice.text;
     }
     entry["logprobs"] = want_logprobs_ ? logprobs_json(choice.logprobs, 0) : ordered_json();
-    entry["finish_reason"] = choice.finished ? ordered_json(choice.finish_reason) : ordered_json();
+    entry["finish_reason"] = choice.finished ? ordered_json(finish_reason) : ordered_json();
     body["choices"].push_back(std::move(entry));
   }
   body["usage"] = usage_json(usage());

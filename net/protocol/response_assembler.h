@@ -24,6 +24,10 @@
 //   chat {"content": [...]} (chat_logprobs_json); non-streaming for every generated token,
 //   streaming per chunk for the tokens of that chunk (a chunk goes out for an event with
 //   tokens even when its text is held back, so every token's logprob is sent exactly once).
+// Tool calls (request.tool_call_format set, chat only): each choice's text is parsed
+//   (tool_calls.h); calls become message.tool_calls (content null when nothing else was
+//   said) and a "stop" becomes "tool_calls"; streaming sends delta.tool_calls entries (name
+//   first, then argument fragments) and holds back the markup.
 // Each choice ends at its engine output's `sequence_finished` event, with that event's
 //   finish_reason (streaming: its final chunk goes out then); a prompt's `finished` event ends
 //   the choices still open with its finish_reason. Events whose index is not in [0, n) are
@@ -42,6 +46,7 @@
 #include "actors/engine.h"
 #include "net/protocol/api_error.h"
 #include "net/protocol/generation_request.h"
+#include "net/protocol/tool_calls.h"
 
 namespace pagedserve::net {
 
@@ -113,6 +118,9 @@ class ResponseAssembler {
     bool started = false;  // streaming: its first chunk (role / echo) was sent
     bool finished = false;
     std::string finish_reason;
+    // Streaming chat with tools: the choice's text goes through it (content and tool_calls
+    // deltas); null otherwise.
+    std::shared_ptr<ToolCallStreamParser> tool_parser;
   };
   struct Prompt {
     int num_prompt_tokens = 0;
@@ -125,6 +133,9 @@ class ResponseAssembler {
                                       const std::string& finish_reason) const;
   std::string stream_text(size_t choice, const std::string& text,
                           std::span<const actors::TokenLogprobs> logprobs = {});
+  std::string stream_delta(size_t choice, const ToolCallStreamDelta& delta,
+                           std::span<const actors::TokenLogprobs> logprobs);
+  nlohmann::ordered_json chat_message(const Choice& choice, std::string& finish_reason) const;
   nlohmann::ordered_json logprobs_json(std::span<const actors::TokenLogprobs> logprobs,
                                        size_t first_offset) const;
   std::string finish_choice(size_t choice, const std::string& reason);
@@ -139,7 +150,8 @@ class ResponseAssembler {
   bool stream_;
   bool include_usage_;
   bool want_logprobs_;
-  std::vector<std::string> echo_texts_;  // empty unless echo (completions)
+  std::optional<ToolCallFormat> tool_format_;  // chat with tools: outputs parsed for calls
+  std::vector<std::string> echo_texts_;        // empty unless echo (completions)
   std::vector<Prompt> prompts_;
   std::vector<Choice> choices_;  // prompt_index * n + index
   size_t num_prompts_finished_ = 0;

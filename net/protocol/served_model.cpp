@@ -14,10 +14,16 @@ ServedModel make_served_model(std::string name, const std::filesystem::path& mod
   served.tokenizer = &tokenizer;
   if (std::optional<std::string> source = model::load_chat_template(model_dir)) {
     served.chat_template = model::ChatTemplate::parse(*source);
+    served.tool_call_format =
+        tool_call_format_from_template(*source).value_or(ToolCallFormat::kHermes);
   }
   if (auto bos = tokenizer.bos_token_id()) served.bos_token = tokenizer.id_to_token(*bos);
-  if (auto eos = tokenizer.eos_token_id()) served.eos_token = tokenizer.id_to_token(*eos);
+  if (auto eos = tokenizer.eos_token_id()) {
+    served.eos_token = tokenizer.id_to_token(*eos);
+    served.eos_token_ids = {*eos};
+  }
   served.created = static_cast<int64_t>(std::time(nullptr));
+  served.grammars = std::make_shared<GrammarCache>(tokenizer, served.eos_token_ids);
   return served;
 }
 

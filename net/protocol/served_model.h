@@ -3,12 +3,17 @@
 // read-only and shared by every request handler on every thread.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/chat_template/chat_template.h"
 #include "model/tokenizer/tokenizer.h"
+#include "net/protocol/grammar_cache.h"
+#include "net/protocol/tool_calls.h"
 
 namespace pagedserve::net {
 
@@ -21,11 +26,21 @@ struct ServedModel {
   std::string bos_token;                             // passed to the chat template
   std::string eos_token;                             // passed to the chat template
   int64_t created = 0;                               // unix seconds, shown by /v1/models
+  // The ids that end a sequence (the engine's EOS list; the tokenizer's EOS by default). Set
+  // before the first structured-output request: the grammar cache reads them then.
+  std::vector<int32_t> eos_token_ids;
+  // How this model writes tool calls (chat requests with tools are parsed, and forced calls
+  // constrained, in this format): the --tool-call-parser flag, else what the chat template
+  // shows, else Hermes (the ChatML default template's family).
+  ToolCallFormat tool_call_format = ToolCallFormat::kHermes;
+  // Compiled grammars of structured outputs, shared by all requests (thread-safe).
+  std::shared_ptr<GrammarCache> grammars;
 };
 
 // Fills a ServedModel from a model directory: the chat template (load_chat_template), BOS/EOS
-// strings and vocab size from `tokenizer`. Throws model::ChatTemplateError for a template
-// that does not parse (the server should refuse to start rather than fail every chat).
+// strings, EOS id, vocab size and grammar cache from `tokenizer`. Throws model::ChatTemplateError
+// for a template that does not parse (the server should refuse to start rather than fail every
+// chat).
 ServedModel make_served_model(std::string name, const std::filesystem::path& model_dir,
                               const model::Tokenizer& tokenizer, int max_model_len);
 

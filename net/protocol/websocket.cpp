@@ -1,6 +1,8 @@
 // WebSocket client-frame parsing and server-frame formatting (see websocket.h).
 #include "net/protocol/websocket.h"
 
+#include "net/protocol/structured_output.h"
+
 #include "net/protocol/chat.h"
 #include "net/protocol/completions.h"
 #include "net/protocol/json_fields.h"
@@ -46,8 +48,10 @@ WsClientFrame parse_ws_client_frame(std::string_view text, const ServedModel& se
   body.erase("id");
   body.erase("stream");
   body.erase("stream_options");
-  Result<GenerationRequest> request =
-      *type == "chat" ? parse_chat_json(body, served) : parse_completion_json(body, served);
+  const std::optional<nlohmann::ordered_json> ordered = parse_ordered_if_needed(text);
+  const nlohmann::ordered_json* keys = ordered ? &*ordered : nullptr;
+  Result<GenerationRequest> request = *type == "chat" ? parse_chat_json(body, served, keys)
+                                                      : parse_completion_json(body, served, keys);
   if (!request) return WsInvalid{*id, request.error()};
   request.value().stream = true;
   return WsStart{*id, std::move(request.value())};

@@ -30,6 +30,9 @@ struct HttpServerConfig {
   uint16_t port = 8000;            // 0: an ephemeral port (start() returns it)
   std::string served_model_name;   // `model` clients send; empty: the model folder's name
   std::string api_key;             // empty: no authentication
+  // How tool calls are written and parsed: "hermes", "llama3_json", "mistral" (vLLM's
+  // --tool-call-parser names); empty: what the chat template shows, else hermes.
+  std::string tool_call_parser;
   // Requests in flight beyond what the engine runs at once (max_num_seqs) count as waiting;
   // a request that would make more than this many wait gets 429 (Retry-After: 1) at once.
   int max_queued_requests = 256;

@@ -21,8 +21,20 @@ ServedModel served_model_for(const actors::Engine& engine, const HttpServerConfi
   const actors::EngineConfig& resolved = engine.config();
   std::string name = config.served_model_name.empty() ? default_model_name(resolved.model_dir)
                                                       : config.served_model_name;
-  return make_served_model(std::move(name), resolved.model_dir, engine.tokenizer(),
-                           resolved.max_model_len);
+  ServedModel served = make_served_model(std::move(name), resolved.model_dir, engine.tokenizer(),
+                                         resolved.max_model_len);
+  served.eos_token_ids = engine.eos_token_ids();
+  if (!config.tool_call_parser.empty()) {
+    const std::optional<ToolCallFormat> format = parse_tool_call_format(config.tool_call_parser);
+    if (!format) {
+      throw std::invalid_argument(
+          "--tool-call-parser must be hermes, llama3_json or mistral, got '" +
+          config.tool_call_parser + "'");
+    }
+    served.tool_call_format = *format;
+  }
+  served.grammars = std::make_shared<GrammarCache>(engine.tokenizer(), served.eos_token_ids);
+  return served;
 }
 
 }  // namespace

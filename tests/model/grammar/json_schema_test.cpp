@@ -3,6 +3,7 @@
 // JSON pointer and keyword.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
@@ -267,8 +268,22 @@ TEST(JsonSchemaTest, Formats) {
   GrammarMatcher date = schema_matcher(R"({"type": "string", "format": "date"})");
   EXPECT_TRUE(matches(date, R"("2024-02-29")"));
   EXPECT_FALSE(matches(date, R"("2024-13-01")"));
+  // Days per month and leap years, against the calendar rule written out here.
+  const auto is_leap = [](int y) { return y % 4 == 0 && (y % 100 != 0 || y % 400 == 0); };
+  const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  for (int year : {1900, 1996, 2000, 2023, 2024, 2100, 0, 4, 400}) {
+    for (int month = 1; month <= 12; ++month) {
+      for (int day = 27; day <= 32; ++day) {
+        char text[32];
+        std::snprintf(text, sizeof text, "\"%04d-%02d-%02d\"", year, month, day);
+        const int last = days[month - 1] + (month == 2 && is_leap(year) ? 1 : 0);
+        EXPECT_EQ(matches(date, text), day <= last) << text;
+      }
+    }
+  }
   GrammarMatcher time = schema_matcher(R"({"type": "string", "format": "date-time"})");
-  EXPECT_TRUE(matches(time, R"("2024-02-29T23:59:60.5+05:30")"));
+  EXPECT_TRUE(matches(time, R"("2024-02-29T23:59:59.5+05:30")"));
+  EXPECT_FALSE(matches(time, R"("2024-02-29T23:59:60+05:30")"));  // leap seconds: never made
   EXPECT_TRUE(matches(time, R"("2024-02-29t00:00:00Z")"));
   EXPECT_FALSE(matches(time, R"("2024-02-29 00:00:00Z")"));
   GrammarMatcher uuid = schema_matcher(R"({"type": "string", "format": "uuid"})");

@@ -165,5 +165,27 @@ TEST(Tokenizer, ConcurrentEncodeMatchesSequential) {
   for (int m : mismatches) EXPECT_EQ(m, 0);
 }
 
+// token_bytes_after_text: what a token adds to a text it continues, so that the pieces of an
+// encoded text (after its first token) concatenate to the decoded text: the reference a
+// grammar matcher needs. SentencePiece's "▁" pieces keep their space there.
+TEST(Tokenizer, TokenBytesAfterTextConcatenateToTheDecodedText) {
+  for (const Tokenizer* tokenizer : {&llama2_tokenizer(), &smollm2_tokenizer()}) {
+    const std::string text = "Once upon a time, Lily said: \"héllo\" 42 \U0001F600 times.";
+    const std::vector<int32_t> ids = tokenizer->encode(text, false);
+    ASSERT_GE(ids.size(), 3u);
+    const std::string first =
+        tokenizer->decode(std::span<const int32_t>(ids.data(), 1), false, false);
+    std::string joined = first;
+    for (size_t i = 1; i < ids.size(); ++i) joined += tokenizer->token_bytes_after_text(ids[i]);
+    EXPECT_EQ(joined, tokenizer->decode(ids, false, false));
+  }
+  const Tokenizer& llama = llama2_tokenizer();
+  const int32_t space_the = *llama.token_to_id("\xE2\x96\x81the");  // "▁the"
+  EXPECT_EQ(llama.token_bytes(space_the), "the");
+  EXPECT_EQ(llama.token_bytes_after_text(space_the), " the");
+  EXPECT_EQ(llama.token_bytes_after_text(243), "\xF0");
+  EXPECT_EQ(llama.token_bytes_after_text(-1), "");
+}
+
 }  // namespace
 }  // namespace pagedserve::model::testing

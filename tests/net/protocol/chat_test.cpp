@@ -173,7 +173,7 @@ TEST(ChatTest, MessageErrorsNameTheParam) {
   const json no_text = json::array({{{"type", "text"}}});
   expect_400({{"messages", {{{"role", "user"}, {"content", no_text}}}}},
              "messages[0].content[0].text", served);
-  expect_400({{"messages", {user("Hi")}}, {"tools", {{{"type", "function"}}}}}, "tools", served);
+  expect_400({{"messages", {user("Hi")}}, {"tools", {{{"type", "function"}}}}}, "tools[0]", served);
   expect_400({{"messages", {user("Hi")}}, {"top_logprobs", 2}}, "top_logprobs", served);
   expect_400({{"messages", {user("Hi")}}, {"max_completion_tokens", 0}}, "max_completion_tokens",
              served);

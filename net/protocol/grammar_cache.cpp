@@ -1,0 +1,54 @@
+// GrammarCache: an LRU of compiled grammars (see grammar_cache.h).
+#include "net/protocol/grammar_cache.h"
+
+#include <utility>
+
+namespace pagedserve::net {
+
+std::shared_ptr<const model::grammar::TokenVocabulary> vocabulary_of(
+    const model::Tokenizer& tokenizer, std::vector<int32_t> end_token_ids) {
+  const int size = tokenizer.vocab_size();
+  std::vector<std::string> bytes(static_cast<size_t>(size));
+  for (int32_t id = 0; id < size; ++id) {
+    if (!tokenizer.is_special(id)) {
+      bytes[static_cast<size_t>(id)] = tokenizer.token_bytes_after_text(id);
+    }
+  }
+  return std::make_shared<const model::grammar::TokenVocabulary>(std::move(bytes),
+                                                                 std::move(end_token_ids));
+}
+
+GrammarCache::GrammarCache(const model::Tokenizer& tokenizer, std::vector<int32_t> end_token_ids)
+    : tokenizer_(tokenizer), end_token_ids_(std::move(end_token_ids)) {}
+
+std::shared_ptr<const model::grammar::TokenVocabulary> GrammarCache::vocabulary() {
+  std::lock_guard lock(mu_);
+  if (!vocabulary_) vocabulary_ = vocabulary_of(tokenizer_, end_token_ids_);
+  return vocabulary_;
+}
+
+std::shared_ptr<const model::grammar::CompiledGrammar> GrammarCache::get(const std::string& gbnf,
+                                                                         const std::string& root) {
+  const std::string text = root + "\n" + gbnf;  // the key
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = by_text_.find(text); it != by_text_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->second;
+    }
+  }
+  // Parsed and compiled outside the lock: a large grammar must not stall other requests.
+  auto compiled = model::grammar::CompiledGrammar::compile(model::grammar::parse_gbnf(gbnf, root),
+                                                           vocabulary());
+  std::lock_guard lock(mu_);
+  if (auto it = by_text_.find(text); it != by_text_.end()) return it->second->second;
+  lru_.emplace_front(text, compiled);
+  by_text_[text] = lru_.begin();
+  if (lru_.size() > kMaxGrammars) {
+    by_text_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return compiled;
+}
+
+}  // namespace pagedserve::net
