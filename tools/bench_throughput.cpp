@@ -4,12 +4,16 @@
 // counts. No HTTP: this is the engine's own speed.
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
 #include "actors/engine.h"
+#include "model/grammar/json_schema.h"
+#include "net/protocol/grammar_cache.h"
 #include "tools/cli_flags.h"
 #include "tools/engine_flags.h"
 #include "tools/subcommands.h"
@@ -24,6 +28,9 @@ const char* const kThroughputHelp =
     "  --output-tokens O   tokens generated per request, EOS ignored (default 128)\n"
     "  --seed S            seed of the synthetic prompts (default 0)\n"
     "  --json              one JSON object instead of the table\n"
+    "  --json-schema FILE  constrain every output to this JSON schema (structured outputs)\n"
+    "  --grammar FILE      constrain every output to this GBNF grammar\n"
+    "                      (run with and without one: stage_sampling_s is the mask cost)\n"
     "Sampling (every request; seeds 0, 1, ... so runs repeat):\n"
     "With --batch B: prefill and decode speed against this machine's bandwidth and FMA peak\n"
     "(see `pagedserve bench throughput --batch 1 --help`).\n";
@@ -39,6 +46,28 @@ std::vector<int32_t> synthetic_prompt(const model::Tokenizer& tokenizer, int len
   return ids;
 }
 
+// The --json-schema / --grammar constraint as GBNF ("" when neither), and its description.
+std::pair<std::string, std::string> constraint_from_flags(const CliFlags& flags) {
+  const std::string schema_file = flags.get("json-schema", "");
+  const std::string grammar_file = flags.get("grammar", "");
+  if (!schema_file.empty() && !grammar_file.empty()) {
+    throw UsageError("--json-schema and --grammar exclude each other");
+  }
+  const std::string file = schema_file.empty() ? grammar_file : schema_file;
+  if (file.empty()) return {};
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw UsageError("cannot read " + file);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    if (schema_file.empty()) return {text.str(), "grammar " + file};
+    return {model::grammar::json_schema_to_gbnf(nlohmann::ordered_json::parse(text.str())),
+            "json-schema " + file};
+  } catch (const std::exception& e) {
+    throw UsageError(file + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 int run_bench_throughput(const std::vector<std::string>& args) {
@@ -47,7 +76,8 @@ int run_bench_throughput(const std::vector<std::string>& args) {
     if (arg == "--batch" || arg.rfind("--batch=", 0) == 0) return run_bench_phases(args);
   }
   std::set<std::string> value_flags = kEngineValueFlags;
-  value_flags.insert({"num-requests", "prompt-tokens", "output-tokens", "seed"});
+  value_flags.insert(
+      {"num-requests", "prompt-tokens", "output-tokens", "seed", "json-schema", "grammar"});
   value_flags.insert(kBenchSamplingFlags.begin(), kBenchSamplingFlags.end());
   std::set<std::string> bool_flags = kEngineBoolFlags;
   bool_flags.insert({"json", "help"});
@@ -60,11 +90,21 @@ int run_bench_throughput(const std::vector<std::string>& args) {
   const int prompt_tokens = static_cast<int>(flags.get_int("prompt-tokens", 128, 1, 1 << 24));
   const int output_tokens = static_cast<int>(flags.get_int("output-tokens", 128, 1, 1 << 24));
   std::mt19937 rng(static_cast<uint32_t>(flags.get_int("seed", 0, 0, UINT32_MAX)));
-  const model::SamplingParams sampling = bench_sampling_from_flags(flags);
+  model::SamplingParams sampling = bench_sampling_from_flags(flags);
+  const auto [gbnf, constraint] = constraint_from_flags(flags);
 
   actors::EngineOptions options;
   options.max_unfinished_requests = std::max(num_requests, 1);
   auto engine = actors::Engine::start(engine_config_from_flags(flags), options);
+  if (!gbnf.empty()) {
+    net::GrammarCache grammars(engine->tokenizer(), engine->eos_token_ids());
+    try {
+      sampling.grammar = grammars.get(gbnf);
+    } catch (const std::exception& e) {
+      engine->shutdown();
+      throw UsageError(constraint + ": " + e.what());
+    }
+  }
 
   std::vector<actors::GenerateRequest> requests(num_requests);
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -121,6 +161,7 @@ int run_bench_throughput(const std::vector<std::string>& args) {
       {"top_p", sampling.top_p},
       {"top_k", sampling.top_k},
       {"min_p", sampling.min_p},
+      {"constraint", constraint.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(constraint)},
       {"stage_forward_s", stats.stage_s.forward},
       {"stage_sampling_s", stats.stage_s.sampling},
       {"stage_copies_s", stats.stage_s.copies},

@@ -41,6 +41,28 @@ TEST(WebSocketTest, ParsesStartFrames) {
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
+// The structured-output fields work on the WebSocket as on HTTP: a grammar for the engine, or a
+// 400 naming the field.
+TEST(WebSocketTest, StartFramesTakeStructuredOutputs) {
+  WsClientFrame frame = parse_ws_client_frame(
+      R"({"type": "completion", "id": "g1", "prompt": "Hi", "guided_choice": ["yes", "no"]})",
+      stories_model());
+  ASSERT_TRUE(std::holds_alternative<WsStart>(frame));
+  EXPECT_NE(std::get<WsStart>(frame).request.prompts[0].sampling.grammar, nullptr);
+  frame = parse_ws_client_frame(
+      R"({"type": "chat", "id": "g2", "messages": [{"role": "user", "content": "Hi"}],
+          "response_format": {"type": "json_schema", "json_schema": {"name": "x",
+            "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}})",
+      stories_model());
+  ASSERT_TRUE(std::holds_alternative<WsStart>(frame));
+  EXPECT_NE(std::get<WsStart>(frame).request.prompts[0].sampling.grammar, nullptr);
+  expect_invalid(R"({"type": "completion", "id": "g3", "prompt": "Hi", "guided_regex": "(a"})",
+                 "g3", "guided_regex");
+  expect_invalid(R"({"type": "completion", "id": "g4", "prompt": "Hi",
+                     "json_schema": {"type": "string", "multipleOf": 2}})",
+                 "g4", "json_schema");
+}
+
 TEST(WebSocketTest, ParsesCancel) {
   WsClientFrame frame = parse_ws_client_frame(R"({"type": "cancel", "id": "c1"})", stories_model());
   ASSERT_TRUE(std::holds_alternative<WsCancel>(frame));
