@@ -5,10 +5,10 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "actors/engine.h"
@@ -161,7 +161,8 @@ int run_bench_throughput(const std::vector<std::string>& args) {
       {"top_p", sampling.top_p},
       {"top_k", sampling.top_k},
       {"min_p", sampling.min_p},
-      {"constraint", constraint.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(constraint)},
+      {"constraint",
+       constraint.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(constraint)},
       {"stage_forward_s", stats.stage_s.forward},
       {"stage_sampling_s", stats.stage_s.sampling},
       {"stage_copies_s", stats.stage_s.copies},
