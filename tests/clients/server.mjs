@@ -7,6 +7,9 @@ import { fileURLToPath } from 'node:url';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
+// The OpenAI SDK wants a global File (Node 20+); Debian 12's Node 18 has it in node:buffer.
+globalThis.File ??= (await import('node:buffer')).File;
+
 export function sharedDir() {
   return process.env.PAGEDSERVE_SHARED_DIR ?? path.resolve(here, '../../../shared');
 }
