@@ -52,32 +52,13 @@ const std::string kDocument =
     "{\"name\": \"Alice Smith-Johnson\", \"age\": 42, \"email\": \"alice@example.com\", "
     "\"tags\": [\"admin\", \"caf\xC3\xA9 \xE2\x98\x95\", \"x\"]}";
 
-// What token `id` adds to the output mid-sequence. Tokenizer::token_bytes decodes the token
-// alone, and SentencePiece's decoder strips the leading space there ("\u2581the" -> "the"); a
-// grammar sees " the". So SentencePiece pieces are mapped directly: U+2581 -> ' '.
-std::string output_bytes(const Tokenizer& tok, int32_t id) {
-  const std::string piece = tok.id_to_token(id);
-  const std::string marker = "\xE2\x96\x81";
-  if (piece.find(marker) == std::string::npos) return tok.token_bytes(id);
-  std::string out;
-  for (size_t i = 0; i < piece.size();) {
-    if (piece.compare(i, marker.size(), marker) == 0) {
-      out += ' ';
-      i += marker.size();
-    } else {
-      out += piece[i++];
-    }
-  }
-  return out;
-}
-
 std::vector<std::string> tokenizer_bytes(const Tokenizer& t, std::vector<int32_t>& end_ids) {
   std::vector<std::string> bytes(t.vocab_size());
   for (int32_t id = 0; id < t.vocab_size(); ++id) {
     if (t.is_special(id)) {
       end_ids.push_back(id);
     } else {
-      bytes[id] = output_bytes(t, id);
+      bytes[id] = t.token_bytes_after_text(id);
     }
   }
   return bytes;

@@ -20,25 +20,6 @@
 namespace pagedserve::model::grammar {
 namespace {
 
-// What token `id` adds to the output mid-sequence. Tokenizer::token_bytes decodes the token
-// alone, and SentencePiece's decoder strips the leading space there ("\u2581the" -> "the"); a
-// grammar sees " the". So SentencePiece pieces are mapped directly: U+2581 -> ' '.
-std::string output_bytes(const Tokenizer& tok, int32_t id) {
-  const std::string piece = tok.id_to_token(id);
-  const std::string marker = "\xE2\x96\x81";
-  if (piece.find(marker) == std::string::npos) return tok.token_bytes(id);
-  std::string out;
-  for (size_t i = 0; i < piece.size();) {
-    if (piece.compare(i, marker.size(), marker) == 0) {
-      out += ' ';
-      i += marker.size();
-    } else {
-      out += piece[i++];
-    }
-  }
-  return out;
-}
-
 std::shared_ptr<const TokenVocabulary> load_vocabulary(const std::string& name) {
   const Tokenizer tok =
       Tokenizer::from_dir(pagedserve::testing::shared_dir() / "tokenizers" / name);
@@ -48,7 +29,7 @@ std::shared_ptr<const TokenVocabulary> load_vocabulary(const std::string& name) 
     if (tok.is_special(id)) {
       end_ids.push_back(id);  // every special id ends here (the tests need only some)
     } else {
-      bytes[id] = output_bytes(tok, id);
+      bytes[id] = tok.token_bytes_after_text(id);
     }
   }
   return std::make_shared<const TokenVocabulary>(std::move(bytes), std::move(end_ids));
