@@ -37,13 +37,21 @@ uint32_t class_min_bytes(const Utf8Class& c) {
 }  // namespace
 
 // min_rest[p]: fewest bytes from position p to the end of its alternative. A fixpoint: rules
-// start unknown (infinite) and only decrease; each pass walks every alternative backwards.
+// start unknown (infinite) and only decrease; each pass walks every alternative backwards and
+// lowers a rule when it reaches one of its starts.
 std::vector<uint32_t> min_completion_table(const Grammar& g) {
   const size_t n = g.elements.size();
   std::vector<uint32_t> min_rest(n + 1, kInfinite);
   std::vector<uint32_t> min_rule(g.rule_alternatives.size(), kInfinite);
   std::vector<uint32_t> class_min(g.classes.size());
   for (size_t c = 0; c < g.classes.size(); ++c) class_min[c] = class_min_bytes(g.classes[c]);
+  // An alternative's first position -> its rule, so a pass lowers a rule as soon as it reaches
+  // the rule's start: a chain of rules laid out in order then settles in one pass, not one per
+  // link.
+  std::vector<uint32_t> rule_starting_at(n, kInfinite);
+  for (size_t r = 0; r < g.rule_alternatives.size(); ++r) {
+    for (uint32_t alt : g.rule_alternatives[r]) rule_starting_at[alt] = static_cast<uint32_t>(r);
+  }
   for (bool changed = true; changed;) {
     changed = false;
     for (size_t p = n; p-- > 0;) {
@@ -66,12 +74,9 @@ std::vector<uint32_t> min_completion_table(const Grammar& g) {
       const uint32_t value =
           e.kind == ElementKind::kEnd ? 0 : saturating_add(cost, min_rest[p + 1]);
       if (value < min_rest[p]) min_rest[p] = value;
-    }
-    for (size_t r = 0; r < g.rule_alternatives.size(); ++r) {
-      uint32_t best = kInfinite;
-      for (uint32_t alt : g.rule_alternatives[r]) best = std::min(best, min_rest[alt]);
-      if (best < min_rule[r]) {
-        min_rule[r] = best;
+      const uint32_t rule = rule_starting_at[p];
+      if (rule != kInfinite && min_rest[p] < min_rule[rule]) {
+        min_rule[rule] = min_rest[p];
         changed = true;
       }
     }

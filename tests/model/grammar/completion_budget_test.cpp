@@ -3,6 +3,7 @@
 // (all strings of one to three letters of the grammars' alphabet), along random walks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
 #include <random>
 
@@ -112,6 +113,27 @@ TEST(CompletionBudget, BudgetedMaskKeepsExactlyTheTokensThatStillFit) {
         ASSERT_TRUE(m.accept_token(allowed[rng() % allowed.size()]));
       }
     }
+  }
+}
+
+// Rules defined before the rules they use, and after: the shortest completion is the chain's
+// length either way (counted here, not by a search).
+TEST(CompletionBudget, LongChainsOfRulesInEitherOrder) {
+  constexpr int kLinks = 3000;
+  for (bool forward : {true, false}) {
+    std::vector<std::string> rules;
+    for (int i = 0; i < kLinks; ++i) {
+      rules.push_back("r" + std::to_string(i) + " ::= \"x\"" +
+                      (i + 1 < kLinks ? " r" + std::to_string(i + 1) : "") + " | \"yy\" r" +
+                      std::to_string(std::min(i + 1, kLinks - 1)) + "\n");
+    }
+    if (!forward) std::reverse(rules.begin(), rules.end());
+    std::string gbnf = "root ::= r0\n";
+    for (const std::string& rule : rules) gbnf += rule;
+    GrammarMatcher m(CompiledGrammar::compile(parse_gbnf(gbnf), small_vocabulary()));
+    EXPECT_EQ(m.min_completion_bytes(), static_cast<size_t>(kLinks));
+    ASSERT_TRUE(m.accept_bytes("xx"));
+    EXPECT_EQ(m.min_completion_bytes(), static_cast<size_t>(kLinks - 2));
   }
 }
 

@@ -13,11 +13,7 @@
 namespace pagedserve::model::grammar {
 namespace {
 
-#ifdef NDEBUG
 constexpr int kStringsPerPattern = 600;
-#else
-constexpr int kStringsPerPattern = 150;  // sanitizer builds: memory errors, not coverage
-#endif
 
 using testing::matcher_for;
 using testing::matches;
