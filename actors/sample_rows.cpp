@@ -17,11 +17,25 @@ namespace {
 // of a 32k vocabulary (the pool's threshold is in FLOP-equivalents).
 constexpr double kSamplingFlopsPerLogit = 10.0;
 
-void ban_tokens(std::span<float> logits, std::span<const int32_t> banned) {
+bool in_row(int32_t id, std::span<const float> logits) {
+  return id >= 0 && static_cast<size_t>(id) < logits.size();
+}
+
+// Sets the banned ids' logits to -inf; returns what they were (restore_tokens puts them back).
+std::vector<float> ban_tokens(std::span<float> logits, std::span<const int32_t> banned) {
+  std::vector<float> before;
+  before.reserve(banned.size());
   for (int32_t id : banned) {
-    if (id >= 0 && static_cast<size_t>(id) < logits.size()) {
-      logits[id] = -std::numeric_limits<float>::infinity();
-    }
+    before.push_back(in_row(id, logits) ? logits[id] : 0.0f);
+    if (in_row(id, logits)) logits[id] = -std::numeric_limits<float>::infinity();
+  }
+  return before;
+}
+
+void restore_tokens(std::span<float> logits, std::span<const int32_t> banned,
+                    std::span<const float> before) {
+  for (size_t i = banned.size(); i-- > 0;) {  // backwards: a repeated id gets its first value
+    if (in_row(banned[i], logits)) logits[banned[i]] = before[i];
   }
 }
 
@@ -89,11 +103,11 @@ SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const floa
       const int64_t left = int64_t{sampling.max_tokens} - static_cast<int64_t>(seq.sample_step) - 1;
       mask_logits(*grammar, masked, static_cast<size_t>(std::max<int64_t>(left, 0)));
     }
-    const std::vector<float> before_bans =
-        seq.banned_token_ids.empty() || grammar == nullptr ? std::vector<float>{} : masked;
-    ban_tokens(masked, seq.banned_token_ids);
+    const std::vector<float> unbanned = ban_tokens(masked, seq.banned_token_ids);
     // The grammar allows only tokens min_tokens bans (it is complete): the grammar wins.
-    if (!before_bans.empty() && !has_finite(masked)) masked = before_bans;
+    if (grammar != nullptr && !unbanned.empty() && !has_finite(masked)) {
+      restore_tokens(masked, seq.banned_token_ids, unbanned);
+    }
     row_logits = masked;
   }
   SequenceStepOutput out;

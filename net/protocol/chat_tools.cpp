@@ -43,14 +43,6 @@ std::string check_tool(const Ordered& tool, const std::string& param) {
   return {};
 }
 
-Ordered field_of(FieldReader& fields, const Ordered* ordered, std::string_view key) {
-  if (ordered != nullptr) {
-    if (auto it = ordered->find(key); it != ordered->end()) return *it;
-  }
-  const nlohmann::json* value = fields.find(key);
-  return value ? Ordered::parse(value->dump()) : Ordered();
-}
-
 void read_tool_choice(FieldReader& fields, const Ordered& choice, ChatTools& out) {
   if (choice.is_null()) {
     out.choice = out.tools.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
@@ -101,7 +93,7 @@ std::vector<const Ordered*> ChatTools::callable() const {
 
 ChatTools read_chat_tools(FieldReader& fields, const Ordered* ordered) {
   ChatTools out;
-  const Ordered tools = field_of(fields, ordered, "tools");
+  const Ordered tools = ordered_field(fields, ordered, "tools");
   if (!tools.is_null()) {
     if (!tools.is_array()) {
       fields.fail(invalid_request("tools must be a list", "tools"));
@@ -122,7 +114,7 @@ ChatTools read_chat_tools(FieldReader& fields, const Ordered* ordered) {
     }
     out.tools = tools;
   }
-  read_tool_choice(fields, field_of(fields, ordered, "tool_choice"), out);
+  read_tool_choice(fields, ordered_field(fields, ordered, "tool_choice"), out);
   out.parallel = fields.boolean("parallel_tool_calls").value_or(true);
   return out;
 }

@@ -170,4 +170,14 @@ const nlohmann::json* FieldReader::object(std::string_view key) {
   return value;
 }
 
+nlohmann::ordered_json ordered_field(const FieldReader& fields,
+                                     const nlohmann::ordered_json* ordered, std::string_view key) {
+  const nlohmann::json* value = fields.find(key);
+  if (value == nullptr) return {};
+  if (ordered != nullptr) {
+    if (auto it = ordered->find(key); it != ordered->end()) return *it;
+  }
+  return nlohmann::ordered_json::parse(value->dump());
+}
+
 }  // namespace pagedserve::net

@@ -62,6 +62,12 @@ class FieldReader {
   std::optional<ApiError> error_;
 };
 
+// Field `key` of the object `fields` reads, taken from `ordered` (the same body parsed with its
+// key order kept; may be null) when it is there: schemas and tools keep their order. Null when
+// the field is absent or null.
+nlohmann::ordered_json ordered_field(const FieldReader& fields,
+                                     const nlohmann::ordered_json* ordered, std::string_view key);
+
 // Reads `value` as an integer in [min, max] (integral floats accepted); nullopt otherwise.
 std::optional<int64_t> json_to_integer(const nlohmann::json& value, int64_t min, int64_t max);
 

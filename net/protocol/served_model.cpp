@@ -6,7 +6,8 @@
 namespace pagedserve::net {
 
 ServedModel make_served_model(std::string name, const std::filesystem::path& model_dir,
-                              const model::Tokenizer& tokenizer, int max_model_len) {
+                              const model::Tokenizer& tokenizer, int max_model_len,
+                              std::vector<int32_t> eos_token_ids) {
   ServedModel served;
   served.name = std::move(name);
   served.max_model_len = max_model_len;
@@ -20,10 +21,10 @@ ServedModel make_served_model(std::string name, const std::filesystem::path& mod
   if (auto bos = tokenizer.bos_token_id()) served.bos_token = tokenizer.id_to_token(*bos);
   if (auto eos = tokenizer.eos_token_id()) {
     served.eos_token = tokenizer.id_to_token(*eos);
-    served.eos_token_ids = {*eos};
+    if (eos_token_ids.empty()) eos_token_ids = {*eos};
   }
   served.created = static_cast<int64_t>(std::time(nullptr));
-  served.grammars = std::make_shared<GrammarCache>(tokenizer, served.eos_token_ids);
+  served.grammars = std::make_shared<GrammarCache>(tokenizer, std::move(eos_token_ids));
   return served;
 }
 

@@ -26,23 +26,23 @@ struct ServedModel {
   std::string bos_token;                             // passed to the chat template
   std::string eos_token;                             // passed to the chat template
   int64_t created = 0;                               // unix seconds, shown by /v1/models
-  // The ids that end a sequence (the engine's EOS list; the tokenizer's EOS by default). Set
-  // before the first structured-output request: the grammar cache reads them then.
-  std::vector<int32_t> eos_token_ids;
   // How this model writes tool calls (chat requests with tools are parsed, and forced calls
   // constrained, in this format): the --tool-call-parser flag, else what the chat template
   // shows, else Hermes (the ChatML default template's family).
   ToolCallFormat tool_call_format = ToolCallFormat::kHermes;
-  // Compiled grammars of structured outputs, shared by all requests (thread-safe).
+  // Compiled grammars of structured outputs, shared by all requests (thread-safe); their end
+  // tokens are the ids that end a sequence.
   std::shared_ptr<GrammarCache> grammars;
 };
 
 // Fills a ServedModel from a model directory: the chat template (load_chat_template), BOS/EOS
-// strings, EOS id, vocab size and grammar cache from `tokenizer`. Throws model::ChatTemplateError
+// strings, vocab size and grammar cache from `tokenizer`. `eos_token_ids`: the ids that end a
+// sequence (the engine's list); empty: the tokenizer's EOS. Throws model::ChatTemplateError
 // for a template that does not parse (the server should refuse to start rather than fail every
 // chat).
 ServedModel make_served_model(std::string name, const std::filesystem::path& model_dir,
-                              const model::Tokenizer& tokenizer, int max_model_len);
+                              const model::Tokenizer& tokenizer, int max_model_len,
+                              std::vector<int32_t> eos_token_ids = {});
 
 // The template chat requests use: the model's, else the parsed kDefaultChatTemplate.
 const model::ChatTemplate& chat_template_of(const ServedModel& served);

@@ -15,16 +15,6 @@ namespace {
 using model::grammar::GrammarError;
 using Ordered = nlohmann::ordered_json;
 
-// A field of the body, with its key order when the ordered parse has it.
-std::optional<Ordered> ordered_field(FieldReader& fields, const Ordered* ordered,
-                                     std::string_view key) {
-  if (fields.find(key) == nullptr) return std::nullopt;
-  if (ordered != nullptr) {
-    if (auto it = ordered->find(key); it != ordered->end()) return *it;
-  }
-  return Ordered::parse(fields.find(key)->dump());
-}
-
 // Each translator throws GrammarError; the caller turns that into a 400 naming `param`.
 std::string schema_gbnf(const Ordered& schema, const std::string& param) {
   if (schema.is_string()) {
@@ -135,11 +125,11 @@ std::optional<OutputConstraint> read_output_constraint(FieldReader& fields,
                                                        const Ordered* ordered) {
   std::optional<OutputConstraint> found;
   for (std::string_view key : kConstraintFields) {
-    std::optional<Ordered> value = ordered_field(fields, ordered, key);
-    if (!value) continue;
+    const Ordered value = ordered_field(fields, ordered, key);
+    if (value.is_null()) continue;
     std::string param(key);
     try {
-      std::string gbnf = constraint_gbnf(key, *value, param);
+      std::string gbnf = constraint_gbnf(key, value, param);
       if (gbnf.empty()) continue;  // response_format text: no constraint
       if (found) {
         fields.fail(invalid_request(

@@ -22,8 +22,7 @@ ServedModel served_model_for(const actors::Engine& engine, const HttpServerConfi
   std::string name = config.served_model_name.empty() ? default_model_name(resolved.model_dir)
                                                       : config.served_model_name;
   ServedModel served = make_served_model(std::move(name), resolved.model_dir, engine.tokenizer(),
-                                         resolved.max_model_len);
-  served.eos_token_ids = engine.eos_token_ids();
+                                         resolved.max_model_len, engine.eos_token_ids());
   if (!config.tool_call_parser.empty()) {
     const std::optional<ToolCallFormat> format = parse_tool_call_format(config.tool_call_parser);
     if (!format) {
@@ -33,7 +32,6 @@ ServedModel served_model_for(const actors::Engine& engine, const HttpServerConfi
     }
     served.tool_call_format = *format;
   }
-  served.grammars = std::make_shared<GrammarCache>(engine.tokenizer(), served.eos_token_ids);
   return served;
 }
 
