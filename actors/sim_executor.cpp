@@ -1,6 +1,7 @@
 // SimExecutor: the cost model, the virtual clock, fixed samples, and the calibration fit.
 #include "actors/sim_executor.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <fstream>
@@ -34,6 +35,7 @@ SimProfile sim_profile_from_json(const nlohmann::json& json) {
   p.step_overhead_s = get_number(json, "step_overhead_s", 0, true);
   p.per_batched_token_s = get_number(json, "per_batched_token_s", 0, true);
   p.per_kv_token_read_s = get_number(json, "per_kv_token_read_s", 0, true);
+  p.weights_read_s = get_number(json, "weights_read_s", 0, false);
   p.swap_bytes_per_s = get_number(json, "swap_bytes_per_s", 0, false);
   p.swap_per_block_s = get_number(json, "swap_per_block_s", 0, false);
   p.copy_bytes_per_s = get_number(json, "copy_bytes_per_s", 0, false);
@@ -71,6 +73,7 @@ nlohmann::ordered_json sim_profile_to_json(const SimProfile& p) {
           {"step_overhead_s", p.step_overhead_s},
           {"per_batched_token_s", p.per_batched_token_s},
           {"per_kv_token_read_s", p.per_kv_token_read_s},
+          {"weights_read_s", p.weights_read_s},
           {"swap_bytes_per_s", p.swap_bytes_per_s},
           {"swap_per_block_s", p.swap_per_block_s},
           {"copy_bytes_per_s", p.copy_bytes_per_s},
@@ -96,9 +99,11 @@ double step_seconds(const SimProfile& p, const StepShape& shape, int block_size)
   const double block_bytes = static_cast<double>(p.kv_bytes_per_token) * block_size;
   double seconds = 0.0;
   if (shape.batched_tokens > 0) {
-    seconds = p.step_overhead_s +
-              p.per_batched_token_s * static_cast<double>(shape.batched_tokens) +
-              p.per_kv_token_read_s * static_cast<double>(shape.kv_tokens_read);
+    const double compute = p.per_batched_token_s * static_cast<double>(shape.batched_tokens);
+    const double kv_reads = p.per_kv_token_read_s * static_cast<double>(shape.kv_tokens_read);
+    seconds =
+        p.step_overhead_s + (p.weights_read_s > 0 ? std::max(p.weights_read_s + kv_reads, compute)
+                                                  : compute + kv_reads);
   }
   const double swapped = static_cast<double>(shape.swapped_blocks);
   seconds += swapped * p.swap_per_block_s;

@@ -24,11 +24,15 @@ struct SimProfile {
   double step_overhead_s = 0.0;      // a: per step, whatever the batch
   double per_batched_token_s = 0.0;  // b: per token computed this step (prefill or decode)
   double per_kv_token_read_s = 0.0;  // c: per cached token attention reads this step
-  double swap_bytes_per_s = 0.0;     // host <-> device copies (swap); 0: free
-  double swap_per_block_s = 0.0;     // fixed cost of each swapped block (one small transfer)
-  double copy_bytes_per_s = 0.0;     // device -> device block copies; 0: free
-  int64_t kv_bytes_per_token = 0;    // K and V of one token, all layers
-  int64_t kv_cache_bytes = 0;        // device memory left for the KV pool
+  // w: streaming the weights once per step. When set (> 0) the step is a roofline, memory
+  // traffic and compute overlapping: a + max(w + c * kv_tokens, b * tokens); else the linear
+  // a + b * tokens + c * kv_tokens (a CPU, which is compute-bound, or a fitted profile).
+  double weights_read_s = 0.0;
+  double swap_bytes_per_s = 0.0;   // host <-> device copies (swap); 0: free
+  double swap_per_block_s = 0.0;   // fixed cost of each swapped block (one small transfer)
+  double copy_bytes_per_s = 0.0;   // device -> device block copies; 0: free
+  int64_t kv_bytes_per_token = 0;  // K and V of one token, all layers
+  int64_t kv_cache_bytes = 0;      // device memory left for the KV pool
   int max_model_len = 2048;
   int vocab_size = 32000;  // of the fake model config the executor reports
 };

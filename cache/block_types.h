@@ -19,6 +19,9 @@ struct BlockManagerConfig {
   // when some layer reads the whole context. When > 0, BlockManager::release_blocks_before_window
   // gives back the blocks no query can read any more.
   int sliding_window = 0;
+  // reserve-* allocators only: regions of a power of two of blocks, aligned (buddy allocation,
+  // as the PagedAttention paper's Orca baselines); off: exact-size first-fit regions.
+  bool buddy_regions = false;
 };
 
 // A copy of one block's K/V (all layers) that the executor must perform before the step runs.

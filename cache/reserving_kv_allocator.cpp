@@ -14,18 +14,30 @@ FirstFitRegions::FirstFitRegions(int num_blocks) : num_blocks_(num_blocks), num_
   if (num_blocks > 0) holes_.emplace(0, num_blocks);
 }
 
-std::optional<Region> FirstFitRegions::allocate(int num_blocks) {
+std::optional<Region> FirstFitRegions::allocate(int num_blocks, int alignment) {
   if (num_blocks <= 0) throw std::logic_error("FirstFitRegions::allocate: empty region");
+  if (alignment < 1) throw std::logic_error("FirstFitRegions::allocate: alignment < 1");
   for (auto it = holes_.begin(); it != holes_.end(); ++it) {
-    if (it->second < num_blocks) continue;
-    const Region region{it->first, num_blocks};
-    const int rest = it->second - num_blocks;
+    const BlockId hole_start = it->first;
+    const int hole_length = it->second;
+    const BlockId start = (hole_start + alignment - 1) / alignment * alignment;
+    if (start + num_blocks > hole_start + hole_length) continue;
     holes_.erase(it);
-    if (rest > 0) holes_.emplace(region.start + num_blocks, rest);
+    if (start > hole_start) holes_.emplace(hole_start, start - hole_start);
+    const int rest = hole_start + hole_length - (start + num_blocks);
+    if (rest > 0) holes_.emplace(start + num_blocks, rest);
     num_free_ -= num_blocks;
-    return region;
+    return Region{start, num_blocks};
   }
   return std::nullopt;
+}
+
+bool FirstFitRegions::fits(int num_blocks, int alignment) const {
+  for (const auto& [hole_start, hole_length] : holes_) {
+    const BlockId start = (hole_start + alignment - 1) / alignment * alignment;
+    if (start + num_blocks <= hole_start + hole_length) return true;
+  }
+  return false;
 }
 
 void FirstFitRegions::free(Region region) {
@@ -77,6 +89,7 @@ std::vector<Region> FirstFitRegions::holes() const {
 
 ReservingKvAllocator::ReservingKvAllocator(KvAllocatorKind kind, const BlockManagerConfig& config)
     : kind_(kind),
+      buddy_(config.buddy_regions),
       block_size_(config.block_size),
       watermark_blocks_(static_cast<int>(config.watermark * config.num_device_blocks)),
       regions_(config.num_device_blocks) {
@@ -123,11 +136,18 @@ int ReservingKvAllocator::region_tokens(const SeqReservation& f) const {
   return static_cast<int>(std::max<int64_t>({tokens, f.current_len, 1}));
 }
 
+int ReservingKvAllocator::region_blocks(const SeqReservation& future) const {
+  const int blocks = blocks_for(region_tokens(future));
+  return buddy_ ? static_cast<int>(next_pow2(blocks)) : blocks;
+}
+
 AllocStatus ReservingKvAllocator::check_admission(std::span<const int32_t>,
                                                   const SeqReservation& future) const {
-  const int64_t need = int64_t{blocks_for(region_tokens(future))} * std::max(future.num_regions, 1);
+  const int blocks = region_blocks(future);
+  const int64_t need = int64_t{blocks} * std::max(future.num_regions, 1);
+  // An aligned run fits the empty pool whenever it is no longer than the pool (start 0).
   if (need > regions_.num_blocks() - watermark_blocks_) return AllocStatus::kNever;
-  return regions_.fits(blocks_for(region_tokens(future))) ? AllocStatus::kOk : AllocStatus::kLater;
+  return regions_.fits(blocks, alignment(blocks)) ? AllocStatus::kOk : AllocStatus::kLater;
 }
 
 // A new sequence: its whole region or nothing. A held one: up to its region's end; asking for
@@ -135,8 +155,7 @@ AllocStatus ReservingKvAllocator::check_admission(std::span<const int32_t>,
 int ReservingKvAllocator::max_end_tokens(SeqId seq, bool held, int max_blocks,
                                          const SeqReservation& future) const {
   if (!held) {
-    const int region = region_tokens(future);
-    return blocks_for(region) <= max_blocks ? region : 0;
+    return region_blocks(future) <= max_blocks ? region_tokens(future) : 0;
   }
   if (max_blocks >= kUnboundedBlocks) return kUnboundedBlocks;
   return known(seq, "max_end_tokens").region.num_blocks * block_size_;
@@ -144,7 +163,7 @@ int ReservingKvAllocator::max_end_tokens(SeqId seq, bool held, int max_blocks,
 
 int ReservingKvAllocator::blocks_to_hold(SeqId seq, bool held, int end,
                                          const SeqReservation& future) const {
-  if (!held) return blocks_for(region_tokens(future));
+  if (!held) return region_blocks(future);
   const SeqRegion& s = known(seq, "blocks_to_hold");
   return end <= s.region.num_blocks * block_size_ ? 0 : kUnboundedBlocks;
 }
@@ -164,7 +183,7 @@ bool ReservingKvAllocator::reserve(SeqId seq, const SeqReservation& future) {
     throw std::logic_error("ReservingKvAllocator::reserve: sequence " + std::to_string(seq) +
                            " already holds a region");
   }
-  const int blocks = blocks_for(region_tokens(future));
+  const int blocks = region_blocks(future);
   const int final_tokens =
       future.output_len_hint > 0 ? future.prompt_len + future.output_len_hint - 1 : 0;
   Group& group = groups_[future.group];
@@ -183,7 +202,7 @@ bool ReservingKvAllocator::reserve(SeqId seq, const SeqReservation& future) {
       std::max(future.num_regions - held - 1, 0) - static_cast<int>(group.spares.size());
   std::vector<Region> taken;
   for (int i = 0; i < 1 + std::max(spares_needed, 0); ++i) {
-    std::optional<Region> region = regions_.allocate(blocks);
+    std::optional<Region> region = regions_.allocate(blocks, alignment(blocks));
     if (!region) {
       for (const Region& r : taken) regions_.free(r);
       if (held == 0 && group.spares.empty()) groups_.erase(future.group);

@@ -4,6 +4,8 @@
 //  - reserve-max:    max_model_len tokens (the most a sequence can ever hold; Orca (Max));
 //  - reserve-pow2:   prompt + the next power of two of the output length (Orca (Pow2));
 //  - reserve-oracle: prompt + exactly the output length (Orca (Oracle)).
+// With BlockManagerConfig::buddy_regions a region is rounded up to a power of two of blocks and
+// aligned to its size: the buddy allocation the paper's own Orca implementation assumed.
 // The output length is the request's true length when the scheduler was told it (a trace's
 // hint), else its max_tokens. A sequence never grows beyond its region: if it would (a hint
 // shorter than what the model generates), the scheduler preempts it, and it is readmitted with
@@ -30,19 +32,22 @@ struct Region {
 };
 
 // First-fit allocation of block runs from [0, num_blocks): the lowest-addressed hole that is
-// large enough is split; freed runs merge with free neighbours.
+// large enough is split; freed runs merge with free neighbours. With an alignment, a run
+// starts at a multiple of it (power-of-two runs aligned to their size: a buddy allocator's
+// placement, whose coalescing makes every free aligned run available).
 class FirstFitRegions {
  public:
   explicit FirstFitRegions(int num_blocks);
 
-  std::optional<Region> allocate(int num_blocks);  // nullopt when no hole is large enough
+  // nullopt when no hole holds num_blocks starting at a multiple of alignment.
+  std::optional<Region> allocate(int num_blocks, int alignment = 1);
   // Throws std::logic_error when the run is not wholly allocated.
   void free(Region region);
 
   int num_blocks() const { return num_blocks_; }
   int num_free_blocks() const { return num_free_; }
   int largest_hole() const;
-  bool fits(int num_blocks) const { return largest_hole() >= num_blocks; }
+  bool fits(int num_blocks, int alignment = 1) const;
   // The holes in address order (tests).
   std::vector<Region> holes() const;
 
@@ -121,11 +126,15 @@ class ReservingKvAllocator final : public KvAllocator {
   int blocks_for(int64_t num_tokens) const {
     return static_cast<int>((num_tokens + block_size_ - 1) / block_size_);
   }
+  // Blocks of the region reserved for `future` (a power of two under buddy allocation).
+  int region_blocks(const SeqReservation& future) const;
+  int alignment(int region_blocks) const { return buddy_ ? region_blocks : 1; }
   SeqRegion& known(SeqId seq, const char* op);
   const SeqRegion& known(SeqId seq, const char* op) const;
   void place(SeqId seq, Region region, uint64_t group, int final_tokens);
 
   KvAllocatorKind kind_;
+  bool buddy_;
   int block_size_;
   int watermark_blocks_;
   FirstFitRegions regions_;

@@ -18,40 +18,91 @@
 
 namespace pagedserve::tools {
 
+namespace {
+
+const std::vector<std::string> kPaperProfiles = {"profiles/opt-13b-a100.json",
+                                                 "profiles/opt-66b-4xa100.json",
+                                                 "profiles/opt-175b-8xa100-80gb.json"};
+
+// --workload names -> kinds; every one when none is given.
+std::vector<paper::PaperWorkload> workloads_from(const std::vector<std::string>& names) {
+  std::vector<paper::PaperWorkload> out;
+  for (const std::string& name : names) {
+    const auto kind = paper::parse_workload(name);
+    if (!kind) {
+      throw UsageError("--workload must be sharegpt, alpaca, azure-conv or azure-code, got '" +
+                       name + "'");
+    }
+    out.push_back(*kind);
+  }
+  if (names.empty()) {
+    out = {paper::PaperWorkload::kShareGpt, paper::PaperWorkload::kAlpaca,
+           paper::PaperWorkload::kAzureConv, paper::PaperWorkload::kAzureCode};
+  }
+  return out;
+}
+
+void require_files(const std::vector<std::filesystem::path>& paths) {
+  for (const auto& path : paths) {
+    if (!std::filesystem::exists(path)) throw UsageError("no such file: " + path.string());
+  }
+}
+
+}  // namespace
+
 int run_bench_paper(const std::vector<std::string>& args) {
   const CliFlags flags(args,
-                       {"profile", "traces", "out", "num-requests", "seed", "real-model",
-                        "real-requests", "threads"},
+                       {"profile", "traces", "workload", "out", "result-json", "num-requests",
+                        "seed", "real-model", "real-requests", "real-repeats", "threads"},
                        {"quick", "help"});
   if (flags.has("help")) {
-    std::cout << "usage: pagedserve bench paper [--profile FILE] [--traces DIR] [--out FILE]\n"
-                 "  --profile FILE     sim profile (default profiles/opt-13b-a100.json)\n"
-                 "  --traces DIR       folder of the Azure 2023 trace CSVs\n"
-                 "                     (default ../shared/traces/azure-2023)\n"
+    std::cout << "usage: pagedserve bench paper [--workload W ...] [--profile FILE ...]\n"
+                 "                              [--traces DIR] [--out FILE] [--result-json FILE]\n"
+                 "  --workload W       sharegpt, alpaca, azure-conv or azure-code (repeatable):\n"
+                 "                     only those workloads' throughput panels (Fig. 12);\n"
+                 "                     default: every figure of the paper's evaluation\n"
+                 "  --profile FILE     sim profile, repeatable (default the paper's three:\n"
+                 "                     profiles/opt-13b-a100.json, opt-66b-4xa100.json,\n"
+                 "                     opt-175b-8xa100-80gb.json); single-set-up figures use\n"
+                 "                     the first\n"
+                 "  --traces DIR       the traces folder (default ../shared/traces: its\n"
+                 "                     sharegpt-lengths/, alpaca-lengths/, azure-2023/)\n"
                  "  --out FILE         the report (default docs/RESULTS.md); SVGs beside it\n"
+                 "  --result-json FILE every table's numbers as JSON\n"
                  "  --num-requests N   requests per run (default 1000)\n"
+                 "  --seed N           arrivals, shuffles and token ids (default 0)\n"
                  "  --quick            tiny workloads: a smoke test, not results\n"
-                 "  --real-model DIR   also a small real run on the CPU executor (a model from\n"
+                 "  --real-model DIR   also real runs on the CPU executor (a model from\n"
                  "                     `pagedserve make-model`); --real-requests N (24),\n"
-                 "                     --threads N (2)\n"
-                 "All results are SIMULATED (--device sim); see profiles/README.md.\n";
+                 "                     --real-repeats N (2), --threads N (2)\n"
+                 "All results are SIMULATED (--device sim) except the real runs; see\n"
+                 "profiles/README.md.\n";
     return 0;
   }
   paper::PaperOptions options;
-  options.profile = flags.get("profile", "profiles/opt-13b-a100.json");
-  const std::filesystem::path traces = flags.get("traces", "../shared/traces/azure-2023");
-  options.conv_trace = traces / "AzureLLMInferenceTrace_conv.csv";
-  options.code_trace = traces / "AzureLLMInferenceTrace_code.csv";
+  for (const std::string& p : flags.all("profile")) options.profiles.emplace_back(p);
+  if (options.profiles.empty()) {
+    for (const std::string& p : kPaperProfiles) options.profiles.emplace_back(p);
+  }
+  options.traces_root = flags.get("traces", "../shared/traces");
+  options.workloads = workloads_from(flags.all("workload"));
+  options.all_figures = flags.all("workload").empty();
   options.out_md = flags.get("out", "docs/RESULTS.md");
+  if (flags.has("result-json")) options.result_json = flags.require("result-json");
   options.num_requests = static_cast<int>(flags.get_int("num-requests", 1000, 1, 100000));
   options.seed = static_cast<unsigned>(flags.get_int("seed", 0, 0, UINT32_MAX));
   options.quick = flags.has("quick");
   if (flags.has("real-model")) options.real_model = flags.require("real-model");
   options.real_num_requests = static_cast<int>(flags.get_int("real-requests", 24, 1, 100000));
+  options.real_repeats = static_cast<int>(flags.get_int("real-repeats", 2, 1, 100));
   options.real_threads = static_cast<int>(flags.get_int("threads", 2, 1, 1024));
-  for (const auto& path : {options.conv_trace, options.code_trace, options.profile}) {
-    if (!std::filesystem::exists(path)) throw UsageError("no such file: " + path.string());
-  }
+  require_files(options.profiles);
+  std::vector<paper::PaperWorkload> needed = options.workloads;
+  if (options.all_figures) needed = workloads_from({});
+  std::vector<std::filesystem::path> files;
+  for (paper::PaperWorkload w : needed)
+    files.push_back(paper::workload_file(w, options.traces_root));
+  require_files(files);
   const auto start = std::chrono::steady_clock::now();
   options.progress = [&](const std::string& line) {
     const double s =
@@ -71,14 +122,14 @@ int run_bench_admission(const std::vector<std::string>& args) {
   if (flags.has("help")) {
     std::cout
         << "usage: pagedserve bench admission [--trace conv|code|both] [--rate R ...]\n"
-           "Replays an Azure trace on the simulator (--device sim) under each admission rule\n"
+           "Replays a trace on the simulator (--device sim) under each admission rule\n"
            "(whole prompt: the engine's default, vLLM v0's rule; partial prompt: start with\n"
            "whatever chunk the free blocks hold, the old default) and prints preemptions per\n"
            "1,000 requests, throughput and normalized latency.\n"
            "  --profile FILE        sim profile (default profiles/opt-13b-a100.json)\n"
-           "  --traces DIR          folder of the Azure 2023 trace CSVs\n"
-           "                        (default ../shared/traces/azure-2023)\n"
-           "  --trace NAME          conv, code or both (default both)\n"
+           "  --traces DIR          the traces folder (default ../shared/traces)\n"
+           "  --trace NAME          conv, code or both (Azure 2023), sharegpt or alpaca\n"
+           "                        (default both)\n"
            "  --num-requests N      requests from the trace's start (default 1000)\n"
            "  --rate R              Poisson arrivals per second, repeatable; 0: all at once\n"
            "                        (default 0, 1, 2, 3)\n"
@@ -91,13 +142,18 @@ int run_bench_admission(const std::vector<std::string>& args) {
   }
   paper::AdmissionBenchOptions options;
   options.profile = flags.get("profile", "profiles/opt-13b-a100.json");
-  const std::filesystem::path traces = flags.get("traces", "../shared/traces/azure-2023");
+  options.traces_root = flags.get("traces", "../shared/traces");
   const std::string trace = flags.get("trace", "both");
-  if (trace != "conv" && trace != "code" && trace != "both") {
-    throw UsageError("--trace must be conv, code or both, got '" + trace + "'");
+  if (trace == "both") {
+    options.workloads = {paper::PaperWorkload::kAzureConv, paper::PaperWorkload::kAzureCode};
+  } else if (trace == "conv" || trace == "code") {
+    options.workloads = {trace == "conv" ? paper::PaperWorkload::kAzureConv
+                                         : paper::PaperWorkload::kAzureCode};
+  } else if (const auto kind = paper::parse_workload(trace)) {
+    options.workloads = {*kind};
+  } else {
+    throw UsageError("--trace must be conv, code, both, sharegpt or alpaca, got '" + trace + "'");
   }
-  if (trace != "code") options.traces.push_back(traces / "AzureLLMInferenceTrace_conv.csv");
-  if (trace != "conv") options.traces.push_back(traces / "AzureLLMInferenceTrace_code.csv");
   options.num_requests = static_cast<int>(flags.get_int("num-requests", 1000, 1, 100000));
   for (const std::string& rate : flags.all("rate")) {
     char* end = nullptr;
@@ -115,8 +171,8 @@ int run_bench_admission(const std::vector<std::string>& args) {
   if (mode != "recompute" && mode != "swap") {
     throw UsageError("--preemption-mode must be swap or recompute, got '" + mode + "'");
   }
-  for (const auto& path : options.traces) {
-    if (!std::filesystem::exists(path)) throw UsageError("no such file: " + path.string());
+  for (paper::PaperWorkload w : options.workloads) {
+    require_files({paper::workload_file(w, options.traces_root)});
   }
   if (!std::filesystem::exists(options.profile)) {
     throw UsageError("no such file: " + options.profile.string());

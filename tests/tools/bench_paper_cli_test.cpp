@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
@@ -36,10 +37,11 @@ TEST(BenchPaperCli, QuickRunWritesTheSimulatedReport) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("bench_paper_test_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
-  const std::filesystem::path traces = pagedserve::testing::shared_dir() / "traces" / "azure-2023";
+  const std::filesystem::path traces = pagedserve::testing::shared_dir() / "traces";
   const CommandResult r =
       run("bench paper --quick --profile " + write_profile(dir).string() + " --traces " +
-          traces.string() + " --out " + (dir / "RESULTS.md").string());
+          traces.string() + " --out " + (dir / "RESULTS.md").string() + " --result-json " +
+          (dir / "results.json").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream in(dir / "RESULTS.md");
   std::stringstream text;
@@ -47,18 +49,21 @@ TEST(BenchPaperCli, QuickRunWritesTheSimulatedReport) {
   const std::string md = text.str();
   EXPECT_NE(md.find("SIMULATED"), std::string::npos);
   for (const char* section :
-       {"## 1. KV memory breakdown", "### conversation trace", "### code trace", "## 3. Sharing",
-        "## 4. Shared prefix", "## 5. Preemption", "| reserve-max |", "| paged (swap) |"}) {
+       {"## Table 1", "#### sharegpt/profile", "#### alpaca/profile", "#### azure-conv/profile",
+        "#### azure-code/profile", "| Orca (Max) |", "| FasterTransformer |"}) {
     EXPECT_NE(md.find(section), std::string::npos) << section;
   }
-  for (const char* svg : {"throughput_conv.svg", "throughput_code.svg", "preemption.svg"}) {
+  for (const char* svg : {"fig_sharegpt_profile.svg", "fig_alpaca_profile.svg"}) {
     EXPECT_TRUE(std::filesystem::exists(dir / svg)) << svg;
   }
+  std::ifstream json_in(dir / "results.json");
+  const nlohmann::json results = nlohmann::json::parse(json_in);
+  EXPECT_TRUE(results["throughput"].contains("sharegpt/profile")) << results.dump();
   std::filesystem::remove_all(dir);
 }
 
 TEST(BenchPaperCli, MissingInputsAreNamed) {
-  const std::filesystem::path traces = pagedserve::testing::shared_dir() / "traces" / "azure-2023";
+  const std::filesystem::path traces = pagedserve::testing::shared_dir() / "traces";
   const CommandResult r =
       run("bench paper --quick --profile /nonexistent/profile.json --traces " + traces.string());
   EXPECT_EQ(r.exit_code, 2);
@@ -80,7 +85,7 @@ TEST(BenchAdmissionCli, ComparesBothRulesOnTheSimulator) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("bench_admission_test_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
-  const std::filesystem::path traces = pagedserve::testing::shared_dir() / "traces" / "azure-2023";
+  const std::filesystem::path traces = pagedserve::testing::shared_dir() / "traces";
   const CommandResult r =
       run("bench admission --trace conv --num-requests 100 --rate 0 --profile " +
           write_profile(dir).string() + " --traces " + traces.string());

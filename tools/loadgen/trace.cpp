@@ -188,11 +188,44 @@ TraceReadResult read_jsonl(std::istream& in, BadLinePolicy policy) {
   return result;
 }
 
+TraceReadResult read_lengths_csv(std::istream& in, BadLinePolicy policy) {
+  TraceReadResult result;
+  std::string line;
+  int64_t line_number = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    line = trim(line);
+    if (line.empty()) continue;
+    if (line_number == 1 && line.rfind("input_len", 0) == 0) continue;  // the header
+    const size_t comma = line.find(',');
+    int64_t input = 0, output = 0;
+    if (comma == std::string::npos || line.find(',', comma + 1) != std::string::npos) {
+      bad_line(result, policy, line_number, "expected 2 fields (input_len,output_len)");
+    } else if (!parse_int(trim(line.substr(0, comma)), input) || input < 1) {
+      bad_line(result, policy, line_number, "bad input_len '" + line.substr(0, comma) + "'");
+    } else if (!parse_int(trim(line.substr(comma + 1)), output) || output < 0) {
+      bad_line(result, policy, line_number, "bad output_len '" + line.substr(comma + 1) + "'");
+    } else {
+      TraceRequest request;
+      request.line_number = line_number;
+      request.prompt_tokens = input;
+      // Alpaca has empty answers (0 tokens); a served request produces at least one token.
+      request.max_tokens = std::max<int64_t>(output, 1);
+      result.requests.push_back(std::move(request));
+    }
+  }
+  return result;
+}
+
 TraceReadResult read_trace_file(const std::string& path, BadLinePolicy policy) {
   std::ifstream in(path);
   if (!in) throw TraceError("cannot open trace '" + path + "'");
   const bool csv = path.size() >= 4 && path.compare(path.size() - 4, 4, ".csv") == 0;
-  return csv ? read_azure_csv(in, policy) : read_jsonl(in, policy);
+  if (!csv) return read_jsonl(in, policy);
+  // The header says which CSV it is: the lengths files start "input_len,output_len".
+  const int first = in.peek();
+  if (first == 'i' || first == 'I') return read_lengths_csv(in, policy);
+  return read_azure_csv(in, policy);
 }
 
 std::vector<TraceRequest> slice(const std::vector<TraceRequest>& requests, int64_t start,

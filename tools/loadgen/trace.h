@@ -54,13 +54,17 @@ std::optional<double> parse_azure_timestamp(const std::string& text);
 // request. Timestamps become seconds from the first good row.
 TraceReadResult read_azure_csv(std::istream& in, BadLinePolicy policy);
 
+// A lengths CSV (the ShareGPT and Alpaca files of the PagedAttention paper): header
+// "input_len,output_len", then one row per request; no timestamps (draw arrivals).
+TraceReadResult read_lengths_csv(std::istream& in, BadLinePolicy policy);
+
 // One JSON object per line: "timestamp" (seconds, optional), one of "prompt" (string or list
 // of ids), "prompt_token_ids" or "messages"; optional "max_tokens"; any other field (n,
 // temperature, top_p, ...) is passed through. Blank lines are ignored.
 TraceReadResult read_jsonl(std::istream& in, BadLinePolicy policy);
 
-// Reads a file, choosing the reader by extension (.csv, else JSONL). Throws TraceError when the
-// file cannot be opened.
+// Reads a file, choosing the reader by extension (.csv, else JSONL) and a CSV's header. Throws
+// TraceError when the file cannot be opened.
 TraceReadResult read_trace_file(const std::string& path, BadLinePolicy policy);
 
 // --start / --num-requests (num < 0 = all to the end).

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "actors/sim_executor.h"
-#include "tools/paper/paper_bench.h"
+#include "tools/paper/report.h"
 #include "tools/paper/sim_run.h"
 
 namespace pagedserve::paper {
@@ -18,9 +18,9 @@ void run_admission_bench(const AdmissionBenchOptions& options, std::ostream& out
   out << "Simulated (--device sim, profile " << options.profile.filename().string() << ": "
       << profile.name << "); KV pool " << num_blocks << " blocks of " << options.block_size
       << " tokens; preemption by " << actors::preemption_mode_name(options.preemption) << ".\n";
-  for (const std::filesystem::path& trace : options.traces) {
-    const Workload w =
-        load_workload(trace, options.num_requests, profile.max_model_len, 0, options.seed);
+  for (PaperWorkload kind : options.workloads) {
+    const Workload w = load_workload(kind, options.traces_root, options.num_requests,
+                                     profile.max_model_len, 0, options.seed);
     out << "\n"
         << w.description << "\n\n"
         << "| rate (req/s) | admission | completed | failed | preemptions per 1,000 requests | "

@@ -1,6 +1,7 @@
-// `pagedserve bench paper`: the PagedAttention paper's experiments, simulated at the paper's
-// scale (a SimProfile such as profiles/opt-13b-a100.json) over the Azure LLM inference traces,
-// written as docs/RESULTS.md with SVG plots beside it. Every number is simulated.
+// `pagedserve bench paper`: the PagedAttention paper's evaluation (Kwon et al., SOSP 2023),
+// figure by figure, simulated at the paper's scale (the profiles of its Table 1) over its own
+// workloads (ShareGPT and Alpaca lengths) and the Azure 2023 traces; written as Markdown
+// (docs/RESULTS.md) with SVG plots beside it and, optionally, every table as JSON.
 #pragma once
 
 #include <filesystem>
@@ -8,42 +9,39 @@
 #include <string>
 #include <vector>
 
-#include "tools/paper/sim_run.h"
+#include "actors/sim_executor.h"
+#include "tools/paper/workloads.h"
 
 namespace pagedserve::paper {
 
+// A profile of the paper's Table 1 and the short name the report and JSON use.
+struct NamedProfile {
+  std::string id;  // "opt-13b": the file's stem up to its first '-' after the size
+  std::filesystem::path path;
+  actors::SimProfile profile;
+};
+NamedProfile load_named_profile(const std::filesystem::path& path);
+
 struct PaperOptions {
-  std::filesystem::path profile;     // the SimProfile JSON
-  std::filesystem::path conv_trace;  // AzureLLMInferenceTrace_conv.csv
-  std::filesystem::path code_trace;  // AzureLLMInferenceTrace_code.csv
-  std::filesystem::path out_md;      // RESULTS.md; the SVGs go to its folder
-  int num_requests = 1000;           // requests replayed per run (from the trace's start)
-  bool quick = false;                // few requests and rates: a smoke test, not results
+  std::vector<std::filesystem::path> profiles;  // the first is the one single-profile figures use
+  std::filesystem::path traces_root;            // ../shared/traces
+  std::vector<PaperWorkload> workloads;         // the Fig. 12 rows (and the Azure section)
+  bool all_figures = true;            // false: only Fig. 12-13 for `workloads` (--workload given)
+  std::filesystem::path out_md;       // the report; the SVGs go to its folder
+  std::filesystem::path result_json;  // empty: none
+  int num_requests = 1000;            // requests per offline run (all submitted at once)
+  double trace_duration_s = 600;      // Fig. 12's traces: this long at each rate
+  bool quick = false;                 // tiny workloads: a smoke test, not results
   unsigned seed = 0;
   std::function<void(const std::string&)> progress;  // one line per finished run (optional)
-  // When set: also run a small real variant on the CPU executor with this model (e.g. from
-  // `pagedserve make-model`), step times measured by the wall clock.
+  // When set: also real runs on the CPU executor with this model (`pagedserve make-model`).
   std::filesystem::path real_model;
   int real_num_requests = 24;
   int real_threads = 2;
+  int real_repeats = 2;  // runs per (allocator, rate)
 };
 
-// Requests from an Azure trace (lengths clipped to the context as bench serve does), each
-// prompt `prefix_tokens` shared tokens then random ids distinct per request (no accidental
-// prefix sharing); arrivals all at 0 (see at_rate).
-struct Workload {
-  std::vector<SimRequest> requests;
-  std::string description;  // count, file, mean lengths, how many were clipped
-};
-Workload load_workload(const std::filesystem::path& path, int num, int max_model_len,
-                       int prefix_tokens, unsigned seed);
-// The requests with Poisson arrivals at `rate` per second.
-std::vector<SimRequest> at_rate(std::vector<SimRequest> requests, double rate, unsigned seed);
-
-// Runs every experiment and writes the report. Throws on unreadable inputs.
-// printf-formats one number for a Markdown table cell.
-std::string fmt(const char* format, double value);
-
+// Runs the experiments and writes the report (and JSON). Throws on unreadable inputs.
 void run_paper(const PaperOptions& options);
 
 }  // namespace pagedserve::paper

@@ -36,6 +36,7 @@ SimRunResult run_replay(const SimRunConfig& config, int max_model_len, const Ste
   blocks.num_device_blocks = num_blocks;
   blocks.num_cpu_blocks = config.num_cpu_blocks;
   blocks.enable_prefix_caching = config.prefix_caching;
+  blocks.buddy_regions = config.buddy_regions;
   actors::SchedulerConfig sched;
   sched.max_num_seqs = config.max_num_seqs;
   sched.max_model_len = max_model_len;

@@ -35,6 +35,8 @@ struct SimRunConfig {
   // SchedulerConfig::admit_whole_prompt_only: on (the engine's default), as the paper's vLLM
   // (v0, no chunked prefill) admitted; the throughput sweep also shows paged with it off.
   bool admit_whole_prompt_only = true;
+  // reserve-* only: buddy allocation (power-of-two regions, aligned), as the paper's Orca.
+  bool buddy_regions = false;
 };
 
 // Shares of the device pool, averaged over the run weighted by step time (sum = 1).
