@@ -284,7 +284,9 @@ std::vector<BlockCopy> ReservingKvAllocator::fork(SeqId parent, SeqId child) {
     group.spares.erase(it);
     break;
   }
-  if (!region) region = regions_.allocate(parent_region.num_blocks);
+  if (!region) {
+    region = regions_.allocate(parent_region.num_blocks, alignment(parent_region.num_blocks));
+  }
   if (!region) {
     throw std::runtime_error("ReservingKvAllocator::fork: no contiguous region of " +
                              std::to_string(parent_region.num_blocks) + " blocks is free");

@@ -84,6 +84,75 @@ TEST(SimExecutor, ProfileValidationNamesTheField) {
   EXPECT_THROW(load_sim_profile("/nonexistent.json"), std::invalid_argument);
 }
 
+StepShape shape_of(int64_t batched, int64_t kv, int64_t swapped = 0, int64_t copied = 0) {
+  StepShape s;
+  s.batched_tokens = batched;
+  s.kv_tokens_read = kv;
+  s.swapped_blocks = swapped;
+  s.copied_blocks = copied;
+  return s;
+}
+
+// With weights_read_s (w) set the step is a roofline: a + max(w + c * kv, b * tokens). Here
+// a = 0.01, b = 0.001, c = 1e-6, w = 0.05.
+TEST(SimExecutor, RooflineStepTimeTakesTheLargerOfMemoryAndCompute) {
+  SimProfile p = profile();
+  p.per_kv_token_read_s = 1e-6;
+  p.weights_read_s = 0.05;
+  // Decode-like: 32 sequences of 500 cached tokens. Memory 0.05 + 0.016 = 0.066 beats compute
+  // 0.032.
+  EXPECT_NEAR(step_seconds(p, shape_of(32, 32 * 500), 4), 0.01 + 0.066, 1e-12);
+  // A 2000-token prefill: compute 2.0 beats memory 0.05 + 0.002.
+  EXPECT_NEAR(step_seconds(p, shape_of(2000, 2000), 4), 0.01 + 2.0, 1e-12);
+  // One decode of a short sequence: still the weights (0.05 + 1e-5 vs 0.001).
+  EXPECT_NEAR(step_seconds(p, shape_of(1, 10), 4), 0.01 + 0.05 + 1e-5, 1e-12);
+  // Swaps and copies add to either: 1 swapped block 0.5 + 40 / 1000, 2 copies 2 x 40 / 4000.
+  EXPECT_NEAR(step_seconds(p, shape_of(2000, 2000, 1, 2), 4), 0.01 + 2.0 + 0.54 + 0.02, 1e-12);
+  EXPECT_NEAR(step_seconds(p, shape_of(0, 0, 1, 0), 4), 0.54, 1e-12);  // no compute: no a, no w
+  EXPECT_EQ(step_seconds(p, shape_of(0, 0), 4), 0.0);
+
+  // w = 0: the linear model a + b * tokens + c * kv, whatever the shape.
+  p.weights_read_s = 0.0;
+  EXPECT_NEAR(step_seconds(p, shape_of(32, 32 * 500), 4), 0.01 + 0.032 + 0.016, 1e-12);
+  EXPECT_NEAR(step_seconds(p, shape_of(2000, 2000), 4), 0.01 + 2.0 + 0.002, 1e-12);
+
+  // The executor charges the same: a prompt of 5 and a decode at 20 read 5 + 21 tokens; memory
+  // 0.05 + 26e-6 beats compute 0.006.
+  p.weights_read_s = 0.05;
+  SimExecutor executor(p, 4, 8, 0);
+  StepInput input;
+  input.seqs = {seq(0, 5, true), seq(20, 1, true)};
+  executor.execute(input);
+  EXPECT_NEAR(executor.last_step_s(), 0.01 + 0.05 + 26e-6, 1e-12);
+}
+
+TEST(SimExecutor, ProfileJsonReadsAndWritesWeightsRead) {
+  nlohmann::json json = sim_profile_to_json(profile());
+  // Optional, default 0 (the linear model); the writer always writes it.
+  ASSERT_TRUE(json.contains("weights_read_s"));
+  EXPECT_EQ(json["weights_read_s"].get<double>(), 0.0);
+  json.erase("weights_read_s");
+  EXPECT_EQ(sim_profile_from_json(json).weights_read_s, 0.0);
+
+  SimProfile with = profile();
+  with.weights_read_s = 0.0125;
+  json = sim_profile_to_json(with);
+  EXPECT_EQ(json["weights_read_s"].get<double>(), 0.0125);
+  EXPECT_EQ(sim_profile_from_json(json).weights_read_s, 0.0125);
+  json["weights_read_s"] = 0.25;
+  EXPECT_EQ(sim_profile_from_json(json).weights_read_s, 0.25);
+
+  for (const nlohmann::json& bad : {nlohmann::json(-0.001), nlohmann::json("0.1")}) {
+    json["weights_read_s"] = bad;
+    try {
+      sim_profile_from_json(json);
+      ADD_FAILURE() << "accepted weights_read_s = " << bad.dump();
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("weights_read_s"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(SimExecutor, FitRecoversKnownCoefficients) {
   std::vector<StepSample> samples;
   for (int b : {1, 4, 16, 64}) {

@@ -2,6 +2,9 @@
 // the memory breakdown against hand-computed cases, spare regions for forks, and no leaks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <optional>
+#include <random>
 #include <vector>
 
 #include "cache/paged_kv_allocator.h"
@@ -64,6 +67,113 @@ TEST(FirstFitRegions, RefusesToFreeWhatIsNotAllocated) {
   EXPECT_THROW(regions.free({6, 4}), std::logic_error);  // outside the pool
   regions.free(a);
   EXPECT_THROW(regions.free(a), std::logic_error);  // twice
+}
+
+// The reference: a free bit per block. A run of n starts at the lowest multiple of alignment
+// with n free blocks from there; the holes are the maximal runs of free blocks.
+class BruteForceRegions {
+ public:
+  explicit BruteForceRegions(int num_blocks) : free_(num_blocks, true) {}
+
+  std::optional<Region> allocate(int n, int alignment) {
+    const int start = lowest_fit(n, alignment);
+    if (start < 0) return std::nullopt;
+    for (int i = start; i < start + n; ++i) free_[i] = false;
+    return Region{start, n};
+  }
+  void free(Region r) {
+    for (int i = r.start; i < r.start + r.num_blocks; ++i) free_[i] = true;
+  }
+  bool fits(int n, int alignment) const { return lowest_fit(n, alignment) >= 0; }
+  int num_free() const { return static_cast<int>(std::count(free_.begin(), free_.end(), true)); }
+  std::vector<Region> holes() const {
+    std::vector<Region> out;
+    const int size = static_cast<int>(free_.size());
+    for (int i = 0; i < size;) {
+      if (!free_[i]) {
+        ++i;
+        continue;
+      }
+      int j = i;
+      while (j < size && free_[j]) ++j;
+      out.push_back({i, j - i});
+      i = j;
+    }
+    return out;
+  }
+
+ private:
+  int lowest_fit(int n, int alignment) const {
+    const int size = static_cast<int>(free_.size());
+    for (int start = 0; start + n <= size; start += alignment) {
+      bool all_free = true;
+      for (int i = start; i < start + n && all_free; ++i) all_free = free_[i];
+      if (all_free) return start;
+    }
+    return -1;
+  }
+  std::vector<bool> free_;
+};
+
+// Thousands of random allocations and frees against the brute-force model: the same regions,
+// the same holes (so frees merge), the same answers from fits() and largest_hole().
+void check_against_brute_force(int pool_size, bool buddy, unsigned seed) {
+  std::mt19937 rng(seed);
+  FirstFitRegions regions(pool_size);
+  BruteForceRegions model(pool_size);
+  std::vector<Region> live;
+  int allocated = 0, refused = 0;
+  for (int op = 0; op < 4000; ++op) {
+    SCOPED_TRACE(::testing::Message() << "op " << op);
+    if (live.empty() || rng() % 100 < 55) {
+      int n = 0, alignment = 1;
+      if (buddy) {
+        n = 1 << (rng() % 5);  // 1..16, aligned to its size
+        alignment = n;
+      } else {
+        n = 1 + static_cast<int>(rng() % 12);
+        alignment = 1 << (rng() % 3);
+      }
+      const std::optional<Region> got = regions.allocate(n, alignment);
+      const std::optional<Region> want = model.allocate(n, alignment);
+      ASSERT_EQ(got, want) << "allocate(" << n << ", " << alignment << ")";
+      if (got) {
+        live.push_back(*got);
+        ++allocated;
+      } else {
+        ++refused;
+      }
+    } else {
+      const size_t i = rng() % live.size();
+      regions.free(live[i]);
+      model.free(live[i]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    ASSERT_EQ(regions.holes(), model.holes());
+    ASSERT_EQ(regions.num_free_blocks(), model.num_free());
+    int largest = 0;
+    for (const Region& h : model.holes()) largest = std::max(largest, h.num_blocks);
+    ASSERT_EQ(regions.largest_hole(), largest);
+    for (int n : {1, 2, 3, 4, 8, 16}) {
+      for (int alignment : {1, 2, 4, 8, 16}) {
+        ASSERT_EQ(regions.fits(n, alignment), model.fits(n, alignment))
+            << "fits(" << n << ", " << alignment << ")";
+      }
+    }
+  }
+  // Both outcomes were exercised.
+  EXPECT_GT(allocated, 500);
+  EXPECT_GT(refused, 50);
+}
+
+TEST(FirstFitRegions, AlignedPowerOfTwoRunsMatchABruteForceModel) {
+  check_against_brute_force(64, /*buddy=*/true, 1);
+  check_against_brute_force(100, /*buddy=*/true, 2);  // not a power of two
+}
+
+TEST(FirstFitRegions, MixedSizesAndAlignmentsMatchABruteForceModel) {
+  check_against_brute_force(64, /*buddy=*/false, 3);
+  check_against_brute_force(37, /*buddy=*/false, 4);
 }
 
 TEST(ReservingKvAllocator, RegionSizesFollowThePolicy) {
@@ -188,6 +298,146 @@ TEST(ReservingKvAllocator, PlanningSaysWhenARegionIsOutgrown) {
   EXPECT_EQ(kv.blocks_to_hold(1, true, 9, f), kUnboundedBlocks);
   for (int i = 0; i < 5; ++i) kv.append_token(1, 7);
   EXPECT_THROW(kv.append_token(1, 7), std::runtime_error);
+}
+
+BlockManagerConfig buddy_pool(int num_blocks, int block_size) {
+  BlockManagerConfig config = pool(num_blocks, block_size);
+  config.buddy_regions = true;
+  return config;
+}
+
+int next_pow2(int n) {
+  int p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// Random requests under each policy: with buddy regions every region is a power of two of
+// blocks at a multiple of its size, the smallest such covering region_tokens; without, exactly
+// ceil(region_tokens / block_size) blocks. Regions never overlap.
+TEST(ReservingKvAllocator, BuddyRegionsArePowersOfTwoAlignedToTheirSize) {
+  constexpr int kBlock = 16, kPool = 256;
+  for (KvAllocatorKind kind : {KvAllocatorKind::kReserveMax, KvAllocatorKind::kReservePow2,
+                               KvAllocatorKind::kReserveOracle}) {
+    for (bool buddy : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << kv_allocator_name(kind) << (buddy ? " buddy" : ""));
+      ReservingKvAllocator kv(kind, buddy ? buddy_pool(kPool, kBlock) : pool(kPool, kBlock));
+      std::mt19937 rng(5);
+      std::vector<SeqId> live;
+      int placed = 0;
+      for (SeqId seq = 1; seq <= 300; ++seq) {
+        const int prompt = 1 + static_cast<int>(rng() % 300);
+        const int output = 1 + static_cast<int>(rng() % 400);
+        const SeqReservation f = future(seq, prompt, output, 500, 1024);
+        const int tokens_needed = kv.region_tokens(f);
+        if (kv.reserve(seq, f)) {
+          ++placed;
+          kv.allocate(seq, tokens(prompt));
+          const Region r = *kv.region_of(seq);
+          const int exact = (tokens_needed + kBlock - 1) / kBlock;
+          if (buddy) {
+            EXPECT_EQ(r.num_blocks, next_pow2(exact)) << tokens_needed << " tokens";
+            EXPECT_EQ(r.start % r.num_blocks, 0) << r.start << " + " << r.num_blocks;
+          } else {
+            EXPECT_EQ(r.num_blocks, exact) << tokens_needed << " tokens";
+          }
+          live.push_back(seq);
+        }
+        if (live.size() > 3 && rng() % 2 == 0) {  // free one at random
+          const size_t i = rng() % live.size();
+          kv.free(live[i]);
+          kv.release_group(live[i]);
+          live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+        std::vector<bool> used(kPool, false);
+        for (SeqId s : live) {
+          const Region r = *kv.region_of(s);
+          for (int b = r.start; b < r.start + r.num_blocks; ++b) {
+            ASSERT_FALSE(used[b]) << "block " << b << " in two regions";
+            used[b] = true;
+          }
+        }
+        ASSERT_EQ(kv.num_free_device_blocks(), kPool - std::count(used.begin(), used.end(), true));
+      }
+      EXPECT_GT(placed, 20);
+    }
+  }
+}
+
+// Block size 4, 8 blocks, oracle. Regions of 1, 2, 1 and 4 blocks (4, 8, 4, 16 tokens): exact
+// first fit packs them at 0, 1, 3, 4; buddy puts the 2-block region at 2 (its alignment),
+// which leaves block 1 for the next 1-block region.
+TEST(ReservingKvAllocator, BuddyPlacementByHand) {
+  const int sizes[][2] = {{2, 2}, {5, 3}, {1, 3}, {10, 6}};  // prompt, output
+  const BlockId exact_starts[] = {0, 1, 3, 4};
+  const BlockId buddy_starts[] = {0, 2, 1, 4};
+  for (bool buddy : {false, true}) {
+    SCOPED_TRACE(buddy ? "buddy" : "exact");
+    ReservingKvAllocator kv(KvAllocatorKind::kReserveOracle, buddy ? buddy_pool(8, 4) : pool(8, 4));
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_TRUE(kv.reserve(i + 1, future(i + 1, sizes[i][0], sizes[i][1], 100, 0)));
+      EXPECT_EQ(kv.region_of(i + 1)->start, buddy ? buddy_starts[i] : exact_starts[i]) << i;
+    }
+    EXPECT_EQ(kv.num_free_device_blocks(), 0);
+  }
+}
+
+// Block size 16, 32 blocks (512 slots), oracle; every request prompt 100 + output 50 = 150
+// tokens = 10 blocks exactly, 16 under buddy allocation: exact regions admit 3 (30 blocks),
+// buddy regions 2 (32 blocks).
+TEST(ReservingKvAllocator, BuddyRegionsAdmitFewerSequencesThanExactOnes) {
+  for (bool buddy : {false, true}) {
+    SCOPED_TRACE(buddy ? "buddy" : "exact");
+    ReservingKvAllocator kv(KvAllocatorKind::kReserveOracle,
+                            buddy ? buddy_pool(32, 16) : pool(32, 16));
+    int admitted = 0;
+    for (SeqId seq = 1; seq <= 5; ++seq) {
+      const SeqReservation f = future(seq, 100, 50, 200, 2048);
+      const AllocStatus status = kv.check_admission(tokens(100), f);
+      const bool reserved = kv.reserve(seq, f);
+      EXPECT_EQ(status == AllocStatus::kOk, reserved) << seq;
+      if (!reserved) {
+        EXPECT_EQ(status, AllocStatus::kLater) << seq;
+        continue;
+      }
+      kv.allocate(seq, tokens(100));
+      ++admitted;
+    }
+    EXPECT_EQ(admitted, buddy ? 2 : 3);
+    EXPECT_EQ(kv.num_free_device_blocks(), buddy ? 0 : 2);
+  }
+}
+
+// Block size 16, 24 blocks. A 17-block region (prompt 200 + output 72 = 272 tokens) fits the
+// pool exactly but rounds up to 32 blocks under buddy allocation: never admissible. A 13-block
+// one rounds up to 16 and fits.
+TEST(ReservingKvAllocator, BuddyRoundingCanMakeARequestNeverFit) {
+  const ReservingKvAllocator exact(KvAllocatorKind::kReserveOracle, pool(24, 16));
+  const ReservingKvAllocator buddy(KvAllocatorKind::kReserveOracle, buddy_pool(24, 16));
+  const SeqReservation big = future(1, 200, 72, 100, 2048);
+  EXPECT_EQ(exact.check_admission(tokens(200), big), AllocStatus::kOk);
+  EXPECT_EQ(buddy.check_admission(tokens(200), big), AllocStatus::kNever);
+  const SeqReservation medium = future(1, 150, 58, 100, 2048);  // 208 tokens = 13 blocks
+  EXPECT_EQ(buddy.check_admission(tokens(150), medium), AllocStatus::kOk);
+  EXPECT_EQ(buddy.blocks_to_hold(1, false, 208, medium), 16);
+  EXPECT_EQ(exact.blocks_to_hold(1, false, 208, medium), 13);
+}
+
+// A fork that finds no spare region takes a new one from the pool: under buddy allocation it
+// too must start at a multiple of its size. Block size 4, 8 blocks: P holds 2 blocks at 0, X
+// 1 block at 2; the hole [3, 8) has its first 2-aligned start at 4.
+TEST(ReservingKvAllocator, BuddyForkWithoutASpareIsAligned) {
+  ReservingKvAllocator kv(KvAllocatorKind::kReserveOracle, buddy_pool(8, 4));
+  ASSERT_TRUE(kv.reserve(1, future(1, 5, 3, 100, 0)));  // 8 tokens = 2 blocks
+  kv.allocate(1, tokens(5));
+  ASSERT_TRUE(kv.reserve(2, future(2, 2, 2, 100, 0)));  // 4 tokens = 1 block
+  kv.allocate(2, tokens(2));
+  ASSERT_EQ(*kv.region_of(1), (Region{0, 2}));
+  ASSERT_EQ(*kv.region_of(2), (Region{2, 1}));
+  EXPECT_EQ(kv.num_spare_regions(1), 0);
+  const std::vector<BlockCopy> copies = kv.fork(1, 3);
+  EXPECT_EQ(*kv.region_of(3), (Region{4, 2}));
+  EXPECT_EQ(copies, (std::vector<BlockCopy>{{0, 4}, {1, 5}}));
 }
 
 TEST(PagedKvAllocator, BreakdownCountsPartialBlocksAndSharing) {

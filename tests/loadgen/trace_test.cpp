@@ -2,8 +2,16 @@
 // slicing, length limits, arrival schedules and request bodies.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/test_paths.h"
 #include "tools/loadgen/request_body.h"
@@ -73,6 +81,164 @@ TEST(AzureCsv, ReadsTheSharedConversationTrace) {
   EXPECT_EQ(r.requests.size(), 19366u);
   EXPECT_EQ(r.requests[1].prompt_tokens, 396);
   EXPECT_NEAR(*r.requests[1].timestamp_s, 4.314579, 1e-6);
+}
+
+// Lines: 1 header, 2 good, 3 three fields, 4 input not a number, 5 input 0, 6 output not a
+// number, 7 blank, 8 good with spaces, CR and output 0, 9 negative output, 10 one field,
+// 11 input with trailing junk, 12 fractional input, 13 good.
+const char* const kLengthsCsv =
+    "input_len,output_len\n"
+    "21,518\n"
+    "8,66,3\n"
+    "abc,10\n"
+    "0,5\n"
+    "12,x\n"
+    "\n"
+    " 30 , 0 \r\n"
+    "7,-1\n"
+    "5\n"
+    "12abc,3\n"
+    "1.5,3\n"
+    "40,2\n";
+
+TEST(LengthsCsv, ReadsRowsAndSkipsBadLinesWithTheirNumbers) {
+  std::istringstream in(kLengthsCsv);
+  const TraceReadResult r = read_lengths_csv(in, BadLinePolicy::kSkip);
+  ASSERT_EQ(r.requests.size(), 3u);
+  const int64_t want_line[] = {2, 8, 13};
+  const int64_t want_input[] = {21, 30, 40};
+  const int64_t want_output[] = {518, 1, 2};  // output 0 (an empty answer) becomes 1
+  for (size_t i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(r.requests[i].line_number, want_line[i]);
+    EXPECT_EQ(r.requests[i].prompt_tokens, want_input[i]);
+    ASSERT_TRUE(r.requests[i].max_tokens.has_value());
+    EXPECT_EQ(*r.requests[i].max_tokens, want_output[i]);
+    EXPECT_FALSE(r.requests[i].timestamp_s.has_value());  // no arrival times in these files
+    EXPECT_TRUE(r.requests[i].prompt_token_ids.empty());
+    EXPECT_FALSE(r.requests[i].prompt_text.has_value());
+  }
+  const std::vector<std::pair<int64_t, std::string>> want_bad = {
+      {3, "2 fields"},   {4, "input_len"}, {5, "input_len"},  {6, "output_len"},
+      {9, "output_len"}, {10, "2 fields"}, {11, "input_len"}, {12, "input_len"}};
+  ASSERT_EQ(r.bad_lines.size(), want_bad.size());
+  for (size_t i = 0; i < want_bad.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(r.bad_lines[i].line_number, want_bad[i].first);
+    EXPECT_NE(r.bad_lines[i].reason.find(want_bad[i].second), std::string::npos)
+        << r.bad_lines[i].reason;
+  }
+}
+
+TEST(LengthsCsv, FailPolicyThrowsNamingTheFirstBadLine) {
+  std::istringstream in(kLengthsCsv);
+  try {
+    read_lengths_csv(in, BadLinePolicy::kFail);
+    FAIL() << "expected a TraceError";
+  } catch (const TraceError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("line 3: ", 0), 0u) << e.what();
+  }
+  // The first bad line after good ones is named, not the first line of the file.
+  std::istringstream zero_input("input_len,output_len\n5,5\n6,6\n0,4\n");
+  try {
+    read_lengths_csv(zero_input, BadLinePolicy::kFail);
+    FAIL() << "expected a TraceError";
+  } catch (const TraceError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("line 4: ", 0), 0u) << e.what();
+  }
+  // A clean file reads under kFail; the header is optional.
+  std::istringstream clean("3,4\n5,0\n");
+  const TraceReadResult r = read_lengths_csv(clean, BadLinePolicy::kFail);
+  ASSERT_EQ(r.requests.size(), 2u);
+  EXPECT_EQ(r.requests[0].line_number, 1);
+  EXPECT_EQ(*r.requests[1].max_tokens, 1);
+}
+
+// A scratch file under the temp directory, removed at the end of the test.
+class ScratchFile {
+ public:
+  ScratchFile(const std::string& name, const std::string& text)
+      : path_(std::filesystem::temp_directory_path() /
+              ("trace_test_" + std::to_string(::getpid()) + "_" + name)) {
+    std::ofstream(path_) << text;
+  }
+  ~ScratchFile() { std::filesystem::remove(path_); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+TEST(TraceFile, ChoosesTheReaderByExtensionAndHeader) {
+  const ScratchFile lengths_file("lengths.csv", "input_len,output_len\n10,20\n30,0\n");
+  TraceReadResult r = read_trace_file(lengths_file.path(), BadLinePolicy::kFail);
+  ASSERT_EQ(r.requests.size(), 2u);
+  EXPECT_EQ(r.requests[0].prompt_tokens, 10);
+  EXPECT_EQ(*r.requests[0].max_tokens, 20);
+  EXPECT_EQ(*r.requests[1].max_tokens, 1);
+  EXPECT_FALSE(r.requests[0].timestamp_s.has_value());
+
+  const ScratchFile azure_file("azure.csv",
+                               "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                               "2023-11-16 18:15:46.5000000,374,44\n"
+                               "2023-11-16 18:15:48.0000000,396,109\n");
+  r = read_trace_file(azure_file.path(), BadLinePolicy::kFail);
+  ASSERT_EQ(r.requests.size(), 2u);
+  EXPECT_EQ(r.requests[1].prompt_tokens, 396);
+  ASSERT_TRUE(r.requests[1].timestamp_s.has_value());
+  EXPECT_NEAR(*r.requests[1].timestamp_s, 1.5, 1e-9);
+
+  // A .csv whose first line is not "input_len..." goes to the Azure reader, even when it
+  // starts with an 'i': its complaint is the Azure one (3 fields, a TIMESTAMP).
+  const ScratchFile other_file("other.csv", "index,ContextTokens,GeneratedTokens\n");
+  r = read_trace_file(other_file.path(), BadLinePolicy::kSkip);
+  EXPECT_TRUE(r.requests.empty());
+  ASSERT_EQ(r.bad_lines.size(), 1u);
+  EXPECT_EQ(r.bad_lines[0].line_number, 1);
+  EXPECT_NE(r.bad_lines[0].reason.find("TIMESTAMP"), std::string::npos) << r.bad_lines[0].reason;
+
+  // Not .csv: JSONL, where a lengths row is not a JSON object.
+  const ScratchFile jsonl_file("lengths.txt", "input_len,output_len\n10,20\n");
+  r = read_trace_file(jsonl_file.path(), BadLinePolicy::kSkip);
+  EXPECT_TRUE(r.requests.empty());
+  EXPECT_EQ(r.bad_lines.size(), 2u);
+
+  EXPECT_THROW(read_trace_file("/nonexistent/lengths.csv", BadLinePolicy::kSkip), TraceError);
+}
+
+// The ShareGPT lengths of the PagedAttention paper against the numbers its README publishes:
+// 84,226 rows; with the paper's filter (input + output <= 2048) 79,731 rows whose means are
+// the paper's Table 1 figures, 161.31 input and 337.99 output tokens.
+TEST(LengthsCsv, ReadsTheSharedShareGptLengthsWithThePapersMeans) {
+  const auto path = testing::shared_dir() / "traces/sharegpt-lengths/sharegpt_opt_lengths.csv";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found";
+  const TraceReadResult r = read_trace_file(path.string(), BadLinePolicy::kFail);
+  ASSERT_EQ(r.requests.size(), 84226u);
+  EXPECT_TRUE(r.bad_lines.empty());
+  EXPECT_EQ(r.requests.front().line_number, 2);  // after the header
+  EXPECT_EQ(r.requests.front().prompt_tokens, 21);
+  EXPECT_EQ(*r.requests.front().max_tokens, 518);
+  int64_t kept = 0, max_input = 0, max_output = 0;
+  double input_sum = 0, output_sum = 0, all_input_sum = 0, all_output_sum = 0;
+  for (const TraceRequest& t : r.requests) {
+    ASSERT_TRUE(t.max_tokens.has_value());
+    all_input_sum += static_cast<double>(t.prompt_tokens);
+    all_output_sum += static_cast<double>(*t.max_tokens);
+    max_input = std::max(max_input, t.prompt_tokens);
+    max_output = std::max(max_output, *t.max_tokens);
+    if (t.prompt_tokens + *t.max_tokens > 2048) continue;
+    ++kept;
+    input_sum += static_cast<double>(t.prompt_tokens);
+    output_sum += static_cast<double>(*t.max_tokens);
+  }
+  EXPECT_EQ(kept, 79731);
+  EXPECT_NEAR(input_sum / static_cast<double>(kept), 161.31, 0.005);
+  EXPECT_NEAR(output_sum / static_cast<double>(kept), 337.99, 0.005);
+  // The README's unfiltered row: means 295.6 / 358.0, max 162,307 / 33,344.
+  EXPECT_NEAR(all_input_sum / 84226.0, 295.6, 0.05);
+  EXPECT_NEAR(all_output_sum / 84226.0, 358.0, 0.05);
+  EXPECT_EQ(max_input, 162307);
+  EXPECT_EQ(max_output, 33344);
 }
 
 TEST(Jsonl, ReadsEveryPromptFormAndPassesSamplingFieldsThrough) {

@@ -223,8 +223,11 @@ TraceReadResult read_trace_file(const std::string& path, BadLinePolicy policy) {
   const bool csv = path.size() >= 4 && path.compare(path.size() - 4, 4, ".csv") == 0;
   if (!csv) return read_jsonl(in, policy);
   // The header says which CSV it is: the lengths files start "input_len,output_len".
-  const int first = in.peek();
-  if (first == 'i' || first == 'I') return read_lengths_csv(in, policy);
+  std::string first_line;
+  std::getline(in, first_line);
+  in.clear();
+  in.seekg(0);
+  if (trim(first_line).rfind("input_len", 0) == 0) return read_lengths_csv(in, policy);
   return read_azure_csv(in, policy);
 }
 

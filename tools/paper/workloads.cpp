@@ -128,7 +128,8 @@ std::vector<SimRequest> at_rate(std::vector<SimRequest> requests, double rate, u
 std::vector<SimRequest> trace_at_rate(const std::vector<SimRequest>& pool, double rate,
                                       double duration_s, int min_requests, unsigned seed) {
   if (pool.empty()) return {};
-  const double wanted = std::ceil(rate * duration_s);
+  // Less a rounding error's worth, so that 1.1 x 100 (110.00000000000001) is 110 requests.
+  const double wanted = std::ceil(rate * duration_s - 1e-9);
   const size_t n = static_cast<size_t>(std::clamp(wanted, static_cast<double>(min_requests), 1e6));
   std::vector<SimRequest> requests;
   requests.reserve(n);
