@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <fstream>
+#include <random>
 #include <stdexcept>
 
 namespace pagedserve::actors {
@@ -148,6 +149,17 @@ StepOutput SimExecutor::execute(const StepInput& input) {
       output.seqs[i].samples.push_back({kSampledToken, -1.0f});
     }
     // Beam search candidates: distinct tokens with falling logprobs.
+    if (beam_seed_ && seq.num_top_logprobs > 0) {
+      // Gaps between consecutive candidates ~ Exp(1): a per-(sequence, position) ranking.
+      std::mt19937_64 rng(*beam_seed_ ^ (seq.seq_id * 0x9E3779B97F4A7C15ull) ^
+                          (static_cast<uint64_t>(seq.num_computed_tokens) << 20));
+      std::exponential_distribution<float> gap(1.0f);
+      float logprob = -gap(rng);
+      for (int k = 0; k < seq.num_top_logprobs; ++k, logprob -= gap(rng)) {
+        output.seqs[i].top_logprobs.push_back({kSampledToken + 1 + k, logprob});
+      }
+      continue;
+    }
     for (int k = 0; k < seq.num_top_logprobs; ++k) {
       output.seqs[i].top_logprobs.push_back(
           {kSampledToken + 1 + k, -0.5f - 0.25f * static_cast<float>(k)});

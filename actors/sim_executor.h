@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,11 @@ class SimExecutor final : public Executor {
   int num_cpu_blocks() const override { return num_cpu_blocks_; }
   int block_size() const override { return block_size_; }
 
+  // Beam candidates: by default every beam proposes the same falling logprobs (a fixed
+  // ranking: the best beam wins every fork). With a seed, each (sequence, position) draws its
+  // own falling logprobs, so survivors come from several beams as with a real model.
+  void set_random_beam_candidates(uint64_t seed) { beam_seed_ = seed; }
+
   const SimProfile& profile() const { return profile_; }
   double now_s() const { return now_s_; }  // the virtual clock: the sum of step times so far
   void advance_to(double t_s);             // idle until t_s (no-op when already past it)
@@ -76,6 +82,7 @@ class SimExecutor final : public Executor {
   int block_size_;
   int num_device_blocks_;
   int num_cpu_blocks_;
+  std::optional<uint64_t> beam_seed_;
   double now_s_ = 0.0;
   double last_step_s_ = 0.0;
 };

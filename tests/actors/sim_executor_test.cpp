@@ -153,6 +153,43 @@ TEST(SimExecutor, ProfileJsonReadsAndWritesWeightsRead) {
   }
 }
 
+// Beam candidates: the default ranking is the same for every sequence; drawn ones differ
+// between sequences (so beam search forks from several beams), repeat for the same
+// (sequence, position), and always fall in logprob with distinct tokens.
+TEST(SimExecutor, DrawnBeamCandidatesDifferPerSequenceAndFall) {
+  auto candidates = [](SimExecutor& executor, uint64_t seq_id, int position) {
+    StepInput input;
+    ScheduledSequence s = seq(position, 1, true);
+    s.seq_id = seq_id;
+    s.num_top_logprobs = 6;
+    input.seqs = {s};
+    return executor.execute(input).seqs[0].top_logprobs;
+  };
+  SimExecutor fixed(profile(), 4, 8, 0);
+  const auto a = candidates(fixed, 1, 10);
+  const auto b = candidates(fixed, 2, 10);
+  ASSERT_EQ(a.size(), 6u);
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k].logprob, b[k].logprob);
+
+  SimExecutor drawn(profile(), 4, 8, 0);
+  drawn.set_random_beam_candidates(7);
+  const auto c = candidates(drawn, 1, 10);
+  const auto d = candidates(drawn, 2, 10);
+  const auto c_again = candidates(drawn, 1, 10);
+  ASSERT_EQ(c.size(), 6u);
+  bool differ = false;
+  for (size_t k = 0; k < c.size(); ++k) {
+    differ |= c[k].logprob != d[k].logprob;
+    EXPECT_EQ(c[k].logprob, c_again[k].logprob);
+    EXPECT_LT(c[k].logprob, 0.0f);
+    if (k > 0) {
+      EXPECT_LT(c[k].logprob, c[k - 1].logprob);
+      EXPECT_NE(c[k].token_id, c[k - 1].token_id);
+    }
+  }
+  EXPECT_TRUE(differ);
+}
+
 TEST(SimExecutor, FitRecoversKnownCoefficients) {
   std::vector<StepSample> samples;
   for (int b : {1, 4, 16, 64}) {

@@ -197,7 +197,7 @@ TEST(MakeWorkload, PromptsShareOnlyTheGivenPrefix) {
 TEST(MakeWorkload, DescriptionHasTheCountAndMeans) {
   // Prefix 4: prompts 14 and 24 (mean 19), outputs 5 and max(0, 1) = 1 (mean 3).
   const Workload w = make_workload({{10, 5}, {20, 0}}, 4, 1, "hand");
-  EXPECT_NE(w.description.find("2 requests of hand"), std::string::npos) << w.description;
+  EXPECT_NE(w.description.find("hand (2 requests"), std::string::npos) << w.description;
   EXPECT_NE(w.description.find("mean prompt 19.00"), std::string::npos) << w.description;
   EXPECT_NE(w.description.find("mean output 3.00"), std::string::npos) << w.description;
 }

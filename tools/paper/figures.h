@@ -15,20 +15,28 @@ namespace pagedserve::paper {
 // Table 1: the simulated set-ups and their cost-model coefficients.
 void setup_table(Report& report, const std::vector<NamedProfile>& profiles);
 
-// Fig. 12 (one panel): normalized latency against request rate for `contenders`; a table of
-// the highest rate under the threshold, vLLM's ratio to each, the batch there. `key` names the
-// panel in the JSON ("sharegpt/opt-13b"); `paper_note` is the paper's claim for the panel.
+// Fig. 12 (one panel): normalized latency against request rate for `contenders` (their
+// sweeps, the SVG plot, the JSON under results["throughput"][key]). `key` names the panel
+// ("sharegpt/opt-13b"). run_panel writes no Markdown; throughput_panel adds the panel's
+// table: the highest rate under the threshold, the first contender's ratio to each, the batch.
+std::vector<SweepOutcome> run_panel(Report& report, const NamedProfile& profile,
+                                    const Workload& workload, const std::string& key,
+                                    const std::vector<Contender>& contenders,
+                                    const SweepOptions& sweep);
 std::vector<SweepOutcome> throughput_panel(Report& report, const NamedProfile& profile,
                                            const Workload& workload, const std::string& key,
                                            const std::vector<Contender>& contenders,
                                            const SweepOptions& sweep,
                                            const std::string& paper_note);
+// The SVG file a panel's plot is written to.
+std::string panel_svg(const std::string& key);
 
 // The normalized-latency threshold and first rate of a workload's sweep.
 SweepOptions sweep_options_for(const Report& report, PaperWorkload workload,
                                const NamedProfile& profile);
 
-// Fig. 13: the mean number of batched requests of each system at one rate.
+// Fig. 13: the mean number of batched requests of each system at one rate (pools: the
+// workloads' whole selections, traces drawn as Fig. 12's).
 void batch_size_figure(Report& report, const NamedProfile& profile, const Workload& sharegpt,
                        const Workload& alpaca);
 
@@ -37,6 +45,7 @@ void memory_breakdown(Report& report, const NamedProfile& profile, const Workloa
                       const std::string& key);
 
 // Figs. 14-15: parallel sampling and beam search throughput (Alpaca), memory saved (both).
+// The workloads are pools (whole selections in file order).
 void sharing_figure(Report& report, const NamedProfile& profile, const Workload& alpaca,
                     const Workload& sharegpt);
 
@@ -47,9 +56,17 @@ void prefix_figure(Report& report, const NamedProfile& profile);
 void chatbot_figure(Report& report, const NamedProfile& profile,
                     const std::vector<LengthPair>& sharegpt_rounds);
 
+// Every Fig. 12 contender plus the given ones' ratio row; shared by Figs. 14, 16 and 17: one
+// Markdown row per panel with each contender's highest rate and the first one's ratio to it.
+void summary_row(Report& report, const std::string& label, const std::string& paper,
+                 const std::vector<SweepOutcome>& outcomes);
+
 // Figs. 18-19: block size, and swap vs recompute, on ShareGPT at `rate`.
 void preemption_figure(Report& report, const NamedProfile& profile, const Workload& sharegpt,
                        double rate);
+
+// Fig. 12's ShareGPT panel under three cost models (linear, roofline, roofline + host).
+void cost_model_ablation(Report& report, const NamedProfile& profile, const Workload& sharegpt);
 
 // The real CPU executor on ShareGPT lengths scaled to a small model (not simulated).
 void real_section(Report& report, const Workload& sharegpt_unscaled);

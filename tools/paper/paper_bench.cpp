@@ -37,7 +37,7 @@ void header(Report& report, const std::vector<NamedProfile>& profiles) {
      << "**Every number on this page is simulated** except the section marked *real CPU "
         "executor*: the real pagedserve scheduler and KV allocators serve the paper's "
         "workloads on `--device sim`, an executor that runs no model and charges each step the "
-        "time of a linear cost model (the profiles of Table 1). No GPU was used. Paper: Kwon "
+        "time of a cost model (the profiles of Table 1). No GPU was used. Paper: Kwon "
         "et al., \"Efficient Memory Management for Large Language Model Serving with "
         "PagedAttention\", SOSP 2023. Workloads: the ShareGPT lengths the paper's authors "
         "published (OPT tokenizer; their filter: input + output <= 2,048, means 161.31 / "
@@ -52,28 +52,123 @@ void header(Report& report, const std::vector<NamedProfile>& profiles) {
   setup_table(report, profiles);
 }
 
-// Fig. 12: one panel per profile for `workload`.
-void throughput_rows(Report& report, const std::vector<NamedProfile>& profiles,
-                     PaperWorkload workload, int num) {
+// The pool each Fig. 12 trace is drawn from: the workload's whole selection, in file order.
+Workload workload_pool(const Report& report, PaperWorkload workload, int max_model_len) {
+  return make_workload(select_lengths(workload, report.options.traces_root, -1, max_model_len,
+                                      report.options.seed, false),
+                       0, report.options.seed, workload_name(workload));
+}
+
+// Fig. 12: one panel per profile for `workload`; returns each panel's vLLM rate.
+std::vector<double> throughput_rows(Report& report, const std::vector<NamedProfile>& profiles,
+                                    PaperWorkload workload) {
   const bool azure = workload == PaperWorkload::kAzureConv || workload == PaperWorkload::kAzureCode;
   report.md << "### " << (azure ? "Azure trace: " : "Fig. 12: ") << workload_name(workload)
             << "\n\n";
+  std::vector<double> vllm_rates;
   for (const NamedProfile& p : profiles) {
-    // The pool every rate's trace is drawn from: the whole selection, in file order.
-    const Workload w =
-        make_workload(select_lengths(workload, report.options.traces_root, -1,
-                                     p.profile.max_model_len, report.options.seed, false),
-                      0, report.options.seed, workload_name(workload));
-    const SweepOptions sweep = sweep_options_for(report, workload, p);
-    throughput_panel(
+    const Workload w = workload_pool(report, workload, p.profile.max_model_len);
+    const std::vector<SweepOutcome> outcomes = throughput_panel(
         report, p, w, std::string(workload_name(workload)) + "/" + p.id,
-        paper_contenders(p.profile, true), sweep,
+        paper_contenders(p.profile, true), sweep_options_for(report, workload, p),
         azure ? "" : (workload == PaperWorkload::kAlpaca ? kFig12AlpacaPaper : kFig12Paper));
+    vllm_rates.push_back(outcomes.front().max_rate);
   }
+  return vllm_rates;
 }
 
 bool has(const std::vector<PaperWorkload>& list, PaperWorkload w) {
   return std::find(list.begin(), list.end(), w) != list.end();
+}
+
+void write_outputs(const Report& report) {
+  const PaperOptions& options = report.options;
+  std::ofstream out(options.out_md);
+  if (!out) throw std::runtime_error("cannot write " + options.out_md.string());
+  out << report.md.str();
+  if (!options.result_json.empty()) {
+    std::ofstream json(options.result_json);
+    if (!json) throw std::runtime_error("cannot write " + options.result_json.string());
+    json << report.results.dump(2) << "\n";
+  }
+}
+
+// Figs. 14-19 and the real runs, on the first profile (the paper's OPT-13B set-up).
+void single_setup_figures(Report& report, const NamedProfile& first, double vllm_sharegpt_rate) {
+  const int len = first.profile.max_model_len;
+  const Workload sharegpt = workload_pool(report, PaperWorkload::kShareGpt, len);
+  const Workload alpaca = workload_pool(report, PaperWorkload::kAlpaca, len);
+  sharing_figure(report, first, alpaca, sharegpt);
+  prefix_figure(report, first);
+  std::vector<LengthPair> rounds;
+  for (const SimRequest& r : sharegpt.requests) {
+    rounds.push_back({static_cast<int64_t>(r.prompt_token_ids.size()), r.output_len});
+  }
+  chatbot_figure(report, first, rounds);
+  preemption_figure(report, first, sharegpt,
+                    vllm_sharegpt_rate > 0 ? 0.9 * vllm_sharegpt_rate : 1.0);
+  if (!report.options.real_model.empty()) {
+    real_section(report,
+                 load_workload(PaperWorkload::kShareGpt, report.options.traces_root,
+                               report.options.real_num_requests, len, 0, report.options.seed));
+  }
+}
+
+void throughput_figures(Report& report, const std::vector<NamedProfile>& profiles,
+                        double& vllm_sharegpt_rate) {
+  const PaperOptions& options = report.options;
+  report.md << "## Figs. 12-13: throughput at equal latency\n\n"
+            << "Normalized latency = mean over requests of end-to-end latency / output tokens. "
+               "For each system the rate climbs a geometric grid (x1.12) until the latency is "
+               "well past the threshold; the highest rate under it is interpolated. Systems: "
+               "vLLM = pagedserve's paged allocator (recompute preemption, whole-prompt "
+               "admission as vLLM v0); Orca (Oracle / Pow2 / Max) = the same iteration-level "
+               "scheduler with one contiguous region per request, reserved for its true output "
+               "length, the next power of two of it, or the whole context (first-fit, exact "
+               "sizes); \"buddy\" rows = the same rounded to a power of two of blocks and "
+               "aligned, the buddy allocation the paper's own Orca implementation assumed; "
+               "FasterTransformer = request-level batching (up to as many max-length "
+               "reservations as fit, a new batch only when the last finished).\n\n";
+  for (PaperWorkload w : {PaperWorkload::kShareGpt, PaperWorkload::kAlpaca}) {
+    if (!has(options.workloads, w)) continue;
+    const std::vector<double> rates = throughput_rows(report, profiles, w);
+    if (w == PaperWorkload::kShareGpt) vllm_sharegpt_rate = rates.front();
+  }
+  if (has(options.workloads, PaperWorkload::kShareGpt)) {
+    cost_model_ablation(
+        report, profiles.front(),
+        workload_pool(report, PaperWorkload::kShareGpt, profiles.front().profile.max_model_len));
+  }
+  if (has(options.workloads, PaperWorkload::kShareGpt) &&
+      has(options.workloads, PaperWorkload::kAlpaca)) {
+    const int len = profiles.front().profile.max_model_len;
+    batch_size_figure(report, profiles.front(),
+                      workload_pool(report, PaperWorkload::kShareGpt, len),
+                      workload_pool(report, PaperWorkload::kAlpaca, len));
+  }
+}
+
+void azure_section(Report& report, const std::vector<NamedProfile>& profiles) {
+  const PaperOptions& options = report.options;
+  if (!has(options.workloads, PaperWorkload::kAzureConv) &&
+      !has(options.workloads, PaperWorkload::kAzureCode)) {
+    return;
+  }
+  report.md << "## Azure LLM inference traces (2023)\n\n"
+            << "Not the paper's workloads: production traces whose prompts are long (median "
+               "~1,000 tokens for conversation, ~1,500 for code, against ShareGPT's ~35), so "
+               "the prompt every allocator must hold dominates, and an output reservation "
+               "wastes a smaller share; the gains shrink accordingly. Lengths clipped to the "
+               "context (output first to half of it, then the prompt).\n\n";
+  if (options.all_figures && has(options.workloads, PaperWorkload::kAzureConv)) {
+    memory_breakdown(
+        report, profiles.front(),
+        workload_pool(report, PaperWorkload::kAzureConv, profiles.front().profile.max_model_len),
+        "azure-conv");
+  }
+  for (PaperWorkload w : {PaperWorkload::kAzureConv, PaperWorkload::kAzureCode}) {
+    if (has(options.workloads, w)) throughput_rows(report, profiles, w);
+  }
 }
 
 }  // namespace
@@ -85,33 +180,19 @@ void run_paper(const PaperOptions& options) {
   std::vector<NamedProfile> profiles;
   for (const auto& path : options.profiles) profiles.push_back(load_named_profile(path));
   if (profiles.empty()) throw std::invalid_argument("bench paper: no profile");
-  const int num = options.quick ? std::min(options.num_requests, 60) : options.num_requests;
   header(report, profiles);
-
-  report.md << "## Figs. 12-13: throughput at equal latency\n\n"
-            << "Normalized latency = mean over requests of end-to-end latency / output "
-               "tokens. For each system the rate grows 1.5x at a time until the latency passes "
-               "the threshold, then bisects. Systems: vLLM = pagedserve's paged allocator "
-               "(recompute preemption, whole-prompt admission as vLLM v0); Orca (Oracle / "
-               "Pow2 / Max) = the same iteration-level scheduler with a contiguous region per "
-               "request reserved for its true output length, the next power of two of it, or "
-               "the whole context; FasterTransformer = request-level batching, max-length "
-               "reservation, a new batch only when the last one finished.\n\n";
-  for (PaperWorkload w : {PaperWorkload::kShareGpt, PaperWorkload::kAlpaca}) {
-    if (has(options.workloads, w)) throughput_rows(report, profiles, w, num);
+  const NamedProfile& first = profiles.front();
+  if (options.all_figures) {
+    report.md << "## Fig. 2: where the KV memory goes\n\n";
+    memory_breakdown(report, first,
+                     workload_pool(report, PaperWorkload::kShareGpt, first.profile.max_model_len),
+                     "sharegpt");
   }
-  for (PaperWorkload w : {PaperWorkload::kAzureConv, PaperWorkload::kAzureCode}) {
-    if (has(options.workloads, w)) throughput_rows(report, profiles, w, num);
-  }
-
-  std::ofstream out(options.out_md);
-  if (!out) throw std::runtime_error("cannot write " + options.out_md.string());
-  out << report.md.str();
-  if (!options.result_json.empty()) {
-    std::ofstream json(options.result_json);
-    if (!json) throw std::runtime_error("cannot write " + options.result_json.string());
-    json << report.results.dump(2) << "\n";
-  }
+  double vllm_sharegpt_rate = 0;
+  throughput_figures(report, profiles, vllm_sharegpt_rate);
+  if (options.all_figures) single_setup_figures(report, first, vllm_sharegpt_rate);
+  azure_section(report, profiles);
+  write_outputs(report);
 }
 
 }  // namespace pagedserve::paper

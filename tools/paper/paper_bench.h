@@ -4,6 +4,7 @@
 // (docs/RESULTS.md) with SVG plots beside it and, optionally, every table as JSON.
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -40,6 +41,11 @@ struct PaperOptions {
   int real_threads = 2;
   int real_repeats = 2;  // runs per (allocator, rate)
 };
+
+// Requests of an offline run (all submitted at once): num_requests, few under --quick.
+inline int offline_requests(const PaperOptions& options) {
+  return options.quick ? std::min(options.num_requests, 60) : options.num_requests;
+}
 
 // Runs the experiments and writes the report (and JSON). Throws on unreadable inputs.
 void run_paper(const PaperOptions& options);

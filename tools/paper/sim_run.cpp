@@ -17,6 +17,7 @@ SimRunResult run_sim(const actors::SimProfile& profile, const SimRunConfig& conf
                              ? config.num_device_blocks
                              : device_blocks_for(profile, config.block_size);
   actors::SimExecutor executor(profile, config.block_size, num_blocks, config.num_cpu_blocks);
+  if (config.random_beam_candidates) executor.set_random_beam_candidates(1);
   const StepRunner run_step = [&](const actors::StepInput& input, double& seconds) {
     actors::StepOutput output = executor.execute(input);
     seconds = executor.last_step_s();

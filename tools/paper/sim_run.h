@@ -37,6 +37,8 @@ struct SimRunConfig {
   bool admit_whole_prompt_only = true;
   // reserve-* only: buddy allocation (power-of-two regions, aligned), as the paper's Orca.
   bool buddy_regions = false;
+  // Beam candidates drawn per (sequence, position) instead of one fixed ranking (SimExecutor).
+  bool random_beam_candidates = false;
 };
 
 // Shares of the device pool, averaged over the run weighted by step time (sum = 1).

@@ -32,6 +32,10 @@ Contender on_allocator(const actors::SimProfile& profile, const std::string& lab
           }};
 }
 
+double memory_saved(const SimRunResult& r) {
+  return r.mean_logical_blocks > 0 ? 1.0 - r.mean_physical_blocks / r.mean_logical_blocks : 0.0;
+}
+
 std::string three_decimals(double value) {
   char buffer[32];
   std::snprintf(buffer, sizeof(buffer), "%.3f", value);
@@ -88,7 +92,7 @@ SweepOutcome sweep_rates(const Contender& contender, const std::vector<SimReques
                                                              options.min_requests, options.seed)
                                              : at_rate(requests, rate, options.seed));
     SweepPoint p{rate, r.failed > 0 ? INFINITY : r.normalized_latency_s, r.mean_running_seqs,
-                 r.preemptions};
+                 r.preemptions, memory_saved(r)};
     out.points.push_back(p);
     if (options.progress) {
       options.progress("  " + contender.label + " rate " + three_decimals(rate) + ": latency " +

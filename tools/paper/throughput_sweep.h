@@ -33,6 +33,7 @@ struct SweepPoint {
   double latency = 0;     // normalized, s/token; infinity when requests failed
   double mean_batch = 0;  // sequences per step, time-averaged
   int64_t preemptions = 0;
+  double memory_saved = 0;  // by sharing: 1 - distinct blocks held / blocks tables name
 };
 
 struct SweepOutcome {

@@ -100,7 +100,7 @@ Workload make_workload(const std::vector<LengthPair>& lengths, int prefix_tokens
     w.requests.push_back(std::move(r));
   }
   const double n = std::max<double>(static_cast<double>(w.requests.size()), 1.0);
-  w.description = std::to_string(w.requests.size()) + " requests of " + source + " (mean prompt " +
+  w.description = source + " (" + std::to_string(w.requests.size()) + " requests, mean prompt " +
                   two_decimals(prompt_sum / n) + ", mean output " + two_decimals(output_sum / n) +
                   " tokens)";
   return w;
@@ -125,18 +125,22 @@ std::vector<SimRequest> at_rate(std::vector<SimRequest> requests, double rate, u
   return requests;
 }
 
-std::vector<SimRequest> trace_at_rate(const std::vector<SimRequest>& pool, double rate,
-                                      double duration_s, int min_requests, unsigned seed) {
-  if (pool.empty()) return {};
-  // Less a rounding error's worth, so that 1.1 x 100 (110.00000000000001) is 110 requests.
-  const double wanted = std::ceil(rate * duration_s - 1e-9);
-  const size_t n = static_cast<size_t>(std::clamp(wanted, static_cast<double>(min_requests), 1e6));
+std::vector<SimRequest> offline_batch(const std::vector<SimRequest>& pool, int n, unsigned seed) {
   std::vector<SimRequest> requests;
-  requests.reserve(n);
-  for (size_t i = 0; i < n; ++i) requests.push_back(pool[i % pool.size()]);
+  if (pool.empty()) return requests;
+  requests.reserve(static_cast<size_t>(std::max(n, 0)));
+  for (int i = 0; i < n; ++i) requests.push_back(pool[static_cast<size_t>(i) % pool.size()]);
   std::mt19937 rng(seed + 1);
   std::shuffle(requests.begin(), requests.end(), rng);
-  return at_rate(std::move(requests), rate, seed);
+  return requests;
+}
+
+std::vector<SimRequest> trace_at_rate(const std::vector<SimRequest>& pool, double rate,
+                                      double duration_s, int min_requests, unsigned seed) {
+  // Less a rounding error's worth, so that 1.1 x 100 (110.00000000000001) is 110 requests.
+  const double wanted = std::ceil(rate * duration_s - 1e-9);
+  const int n = static_cast<int>(std::clamp(wanted, static_cast<double>(min_requests), 1e6));
+  return at_rate(offline_batch(pool, n, seed), rate, seed);
 }
 
 // WMT16 English sentences run ~20-30 words (~25-35 OPT/LLaMA tokens); the German translation

@@ -50,6 +50,10 @@ Workload load_workload(PaperWorkload kind, const std::filesystem::path& traces_r
 // The requests with Poisson arrivals at `rate` per second.
 std::vector<SimRequest> at_rate(std::vector<SimRequest> requests, double rate, unsigned seed);
 
+// The first `n` requests of `pool` (repeated if shorter), shuffled, all arriving at 0: an
+// offline batch that keeps the KV pool full.
+std::vector<SimRequest> offline_batch(const std::vector<SimRequest>& pool, int n, unsigned seed);
+
 // A trace of `duration_s` at `rate` (as the paper's Fig. 12): the first N = rate x duration
 // requests of `pool` (at least `min_requests`; the pool repeats if it is shorter), shuffled,
 // with Poisson arrivals. A fixed duration, not a fixed count, keeps an overloaded rate
