@@ -68,6 +68,9 @@ void preemption_figure(Report& report, const NamedProfile& profile, const Worklo
 // Fig. 12's ShareGPT panel under three cost models (linear, roofline, roofline + host).
 void cost_model_ablation(Report& report, const NamedProfile& profile, const Workload& sharegpt);
 
+// The paper's headline ratios beside ours, read back from report.results.
+void comparison_section(Report& report, const std::vector<NamedProfile>& profiles);
+
 // The real CPU executor on ShareGPT lengths scaled to a small model (not simulated).
 void real_section(Report& report, const Workload& sharegpt_unscaled);
 

@@ -192,6 +192,7 @@ void run_paper(const PaperOptions& options) {
   throughput_figures(report, profiles, vllm_sharegpt_rate);
   if (options.all_figures) single_setup_figures(report, first, vllm_sharegpt_rate);
   azure_section(report, profiles);
+  comparison_section(report, profiles);
   write_outputs(report);
 }
 
