@@ -54,7 +54,7 @@ TEST(BenchPaperCli, QuickRunWritesTheSimulatedReport) {
     EXPECT_NE(md.find(section), std::string::npos) << section;
   }
   for (const char* svg : {"fig_sharegpt_profile.svg", "fig_alpaca_profile.svg"}) {
-    EXPECT_TRUE(std::filesystem::exists(dir / svg)) << svg;
+    EXPECT_TRUE(std::filesystem::exists(dir / "paper-figures" / svg)) << svg;
   }
   std::ifstream json_in(dir / "results.json");
   const nlohmann::json results = nlohmann::json::parse(json_in);

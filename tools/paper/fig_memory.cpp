@@ -113,9 +113,10 @@ void preemption_figure(Report& report, const NamedProfile& profile, const Worklo
   loadgen::PlotOptions plot;
   plot.title = "Simulated " + p.name + ": preemption by block size (ShareGPT)";
   plot.x_label = "block size (tokens)";
-  std::ofstream(report.dir / "fig_preemption.svg")
+  const std::string svg = std::string(kFiguresDir) + "/fig_preemption.svg";
+  std::ofstream(report.dir / svg)
       << loadgen::svg_line_plot({recompute_series, swap_series}, plot);
-  md << "\n![preemption](fig_preemption.svg)\n\n"
+  md << "\n![preemption](" << svg << ")\n\n"
      << "Paper: swapping is slow at small block sizes (many small PCIe transfers), recompute "
         "does not depend on the block size, and the two are close for blocks of 16-64; "
         "end to end, block sizes 16-128 do best on ShareGPT. The microbenchmark columns follow "

@@ -111,8 +111,8 @@ void sharing_figure(Report& report, const NamedProfile& profile, const Workload&
     const char* paper = n == 1 ? "1.3x over Oracle" : (beam && n == 6 ? "2.3x over Oracle" : "");
     summary_row(report, what, paper, outcomes);
   }
-  md << "\nPlots: fig_parallelN_" << profile.id << ".svg and fig_beamN_" << profile.id
-     << ".svg (N = the width).\n\n";
+  md << "\nPlots: " << kFiguresDir << "/fig_parallelN_" << profile.id << ".svg and fig_beamN_"
+     << profile.id << ".svg (N = the width).\n\n";
   memory_saving_table(report, profile, alpaca, sharegpt);
 }
 

@@ -1,6 +1,7 @@
 // Table 1 and Figs. 12-13: the set-ups, throughput at equal latency, batch sizes.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 
@@ -97,8 +98,8 @@ nlohmann::ordered_json outcome_json(const SweepOutcome& o, double vllm_rate) {
 }  // namespace
 
 std::string panel_svg(const std::string& key) {
-  std::string name = "fig_" + key + ".svg";
-  std::replace(name.begin(), name.end(), '/', '_');
+  std::string name = std::string(kFiguresDir) + "/fig_" + key + ".svg";
+  std::replace(name.begin() + std::strlen(kFiguresDir) + 1, name.end(), '/', '_');
   return name;
 }
 

@@ -28,7 +28,9 @@ std::vector<SweepOutcome> throughput_panel(Report& report, const NamedProfile& p
                                            const std::vector<Contender>& contenders,
                                            const SweepOptions& sweep,
                                            const std::string& paper_note);
-// The SVG file a panel's plot is written to.
+// The folder beside the report that holds its SVG plots.
+inline constexpr const char* kFiguresDir = "paper-figures";
+// The SVG a panel's plot is written to, relative to the report's folder.
 std::string panel_svg(const std::string& key);
 
 // The normalized-latency threshold and first rate of a workload's sweep.

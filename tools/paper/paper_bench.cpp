@@ -176,7 +176,7 @@ void azure_section(Report& report, const std::vector<NamedProfile>& profiles) {
 void run_paper(const PaperOptions& options) {
   Report report{options, {}, {}, options.out_md.parent_path()};
   if (report.dir.empty()) report.dir = ".";
-  std::filesystem::create_directories(report.dir);
+  std::filesystem::create_directories(report.dir / kFiguresDir);
   std::vector<NamedProfile> profiles;
   for (const auto& path : options.profiles) profiles.push_back(load_named_profile(path));
   if (profiles.empty()) throw std::invalid_argument("bench paper: no profile");

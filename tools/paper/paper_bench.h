@@ -28,7 +28,7 @@ struct PaperOptions {
   std::filesystem::path traces_root;            // ../shared/traces
   std::vector<PaperWorkload> workloads;         // the Fig. 12 rows (and the Azure section)
   bool all_figures = true;            // false: only Fig. 12-13 for `workloads` (--workload given)
-  std::filesystem::path out_md;       // the report; the SVGs go to its folder
+  std::filesystem::path out_md;       // the report; the SVGs go to paper-figures/ beside it
   std::filesystem::path result_json;  // empty: none
   int num_requests = 1000;            // requests per offline run (all submitted at once)
   double trace_duration_s = 600;      // Fig. 12's traces: this long at each rate
