@@ -114,8 +114,7 @@ void preemption_figure(Report& report, const NamedProfile& profile, const Worklo
   plot.title = "Simulated " + p.name + ": preemption by block size (ShareGPT)";
   plot.x_label = "block size (tokens)";
   const std::string svg = std::string(kFiguresDir) + "/fig_preemption.svg";
-  std::ofstream(report.dir / svg)
-      << loadgen::svg_line_plot({recompute_series, swap_series}, plot);
+  std::ofstream(report.dir / svg) << loadgen::svg_line_plot({recompute_series, swap_series}, plot);
   md << "\n![preemption](" << svg << ")\n\n"
      << "Paper: swapping is slow at small block sizes (many small PCIe transfers), recompute "
         "does not depend on the block size, and the two are close for blocks of 16-64; "

@@ -139,7 +139,7 @@ void prefix_figure(Report& report, const NamedProfile& profile) {
                 reserving(KvAllocatorKind::kReserveOracle, true))};
   const SweepOptions sweep = sweep_options_for(report, PaperWorkload::kAlpaca, profile);
   const std::vector<LengthPair> sentences =
-      translation_lengths(report.options.quick ? 200 : 20000, report.options.seed);
+      translation_lengths(report.options.quick ? 100 : 20000, report.options.seed);
   for (auto [tokens, label, paper] : {std::tuple{80, "1-shot (80 tokens)", "1.67x"},
                                       std::tuple{341, "5-shot (341 tokens)", "3.58x"}}) {
     const Workload w =
@@ -167,7 +167,7 @@ void chatbot_figure(Report& report, const NamedProfile& profile,
         "paper |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
         "|\n";
   const Workload w =
-      make_workload(chatbot_lengths(sharegpt_rounds, report.options.quick ? 300 : 30000, 1024, 1024,
+      make_workload(chatbot_lengths(sharegpt_rounds, report.options.quick ? 100 : 30000, 1024, 1024,
                                     report.options.seed),
                     0, report.options.seed, "synthesized ShareGPT conversations");
   const std::vector<SweepOutcome> outcomes = run_panel(

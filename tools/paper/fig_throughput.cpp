@@ -40,10 +40,10 @@ SweepOptions sweep_options_for(const Report& report, PaperWorkload workload,
   options.progress = [&report](const std::string& line) { report.note(line); };
   options.duration_s = report.options.trace_duration_s;
   if (report.options.quick) {  // a smoke test: few, short traces
-    options.growth = 1.6;
-    options.max_points = 8;
-    options.duration_s = 4.0;
-    options.min_requests = 20;
+    options.growth = 2.0;
+    options.max_points = 5;
+    options.duration_s = 1.0;
+    options.min_requests = 12;
   }
   // The paper's Fig. 12 plots normalized latency up to ~1 s/token (ShareGPT) and ~0.5
   // (Alpaca); its curves turn vertical well below those, so the threshold sits there.

@@ -54,7 +54,8 @@ void header(Report& report, const std::vector<NamedProfile>& profiles) {
 
 // The pool each Fig. 12 trace is drawn from: the workload's whole selection, in file order.
 Workload workload_pool(const Report& report, PaperWorkload workload, int max_model_len) {
-  return make_workload(select_lengths(workload, report.options.traces_root, -1, max_model_len,
+  const int rows = report.options.quick ? 400 : -1;  // --quick: a smoke test, small pools
+  return make_workload(select_lengths(workload, report.options.traces_root, rows, max_model_len,
                                       report.options.seed, false),
                        0, report.options.seed, workload_name(workload));
 }
