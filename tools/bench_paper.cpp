@@ -74,7 +74,7 @@ int run_bench_paper(const std::vector<std::string>& args) {
                  "  --seed N           arrivals, shuffles and token ids (default 0)\n"
                  "  --quick            tiny workloads: a smoke test, not results\n"
                  "  --real-model DIR   also real runs on the CPU executor (a model from\n"
-                 "                     `pagedserve make-model`); --real-requests N (24),\n"
+                 "                     `pagedserve make-model`); --real-requests N (16),\n"
                  "                     --real-repeats N (2), --threads N (2)\n"
                  "All results are SIMULATED (--device sim) except the real runs; see\n"
                  "profiles/README.md.\n";
@@ -94,7 +94,7 @@ int run_bench_paper(const std::vector<std::string>& args) {
   options.seed = static_cast<unsigned>(flags.get_int("seed", 0, 0, UINT32_MAX));
   options.quick = flags.has("quick");
   if (flags.has("real-model")) options.real_model = flags.require("real-model");
-  options.real_num_requests = static_cast<int>(flags.get_int("real-requests", 24, 1, 100000));
+  options.real_num_requests = static_cast<int>(flags.get_int("real-requests", 16, 1, 100000));
   options.real_repeats = static_cast<int>(flags.get_int("real-repeats", 2, 1, 100));
   options.real_threads = static_cast<int>(flags.get_int("threads", 2, 1, 1024));
   require_files(options.profiles);

@@ -44,8 +44,11 @@ void header(Report& report, const std::vector<NamedProfile>& profiles) {
         "337.99), a 5,000-request Alpaca sample (CC BY-NC 4.0, Taori et al. 2023), and the "
         "Azure LLM inference traces 2023 (CC-BY 4.0, Patel et al., \"Splitwise\", ISCA 2024). "
         "Regenerate with:\n\n"
+        "    pagedserve make-model --out /tmp/real-model --hidden 512 --layers 6 --heads 8 "
+        "--ffn 1376 --vocab 4096 --context 1024\n"
         "    pagedserve bench paper --traces ../shared/traces --out docs/RESULTS.md "
-        "--result-json docs/results.json\n\n"
+        "--result-json docs/results.json --real-model /tmp/real-model\n\n"
+        "(about 30 minutes on 2 cores; without `--real-model` no real CPU section.) "
         "(`--workload sharegpt|alpaca|azure-conv|azure-code` runs only that workload's "
         "throughput panels; `--profile FILE`, repeatable, chooses the set-ups.)\n\n"
      << (o.quick ? "**--quick run: tiny workloads, for a smoke test only.**\n\n" : "");

@@ -37,7 +37,7 @@ struct PaperOptions {
   std::function<void(const std::string&)> progress;  // one line per finished run (optional)
   // When set: also real runs on the CPU executor with this model (`pagedserve make-model`).
   std::filesystem::path real_model;
-  int real_num_requests = 24;
+  int real_num_requests = 16;  // 24 took ~16 min on a 2-core machine
   int real_threads = 2;
   int real_repeats = 2;  // runs per (allocator, rate)
 };
