@@ -56,28 +56,29 @@ int run_bench_paper(const std::vector<std::string>& args) {
                         "seed", "real-model", "real-requests", "real-repeats", "threads"},
                        {"quick", "help"});
   if (flags.has("help")) {
-    std::cout << "usage: pagedserve bench paper [--workload W ...] [--profile FILE ...]\n"
-                 "                              [--traces DIR] [--out FILE] [--result-json FILE]\n"
-                 "  --workload W       sharegpt, alpaca, azure-conv or azure-code (repeatable):\n"
-                 "                     only those workloads' throughput panels (Fig. 12);\n"
-                 "                     default: every figure of the paper's evaluation\n"
-                 "  --profile FILE     sim profile, repeatable (default the paper's three:\n"
-                 "                     profiles/opt-13b-a100.json, opt-66b-4xa100.json,\n"
-                 "                     opt-175b-8xa100-80gb.json); single-set-up figures use\n"
-                 "                     the first\n"
-                 "  --traces DIR       the traces folder (default ../shared/traces: its\n"
-                 "                     sharegpt-lengths/, alpaca-lengths/, azure-2023/)\n"
-                 "  --out FILE         the report (default docs/RESULTS.md); SVGs in paper-figures/\n"
-                 "                     beside it\n"
-                 "  --result-json FILE every table's numbers as JSON\n"
-                 "  --num-requests N   requests per run (default 1000)\n"
-                 "  --seed N           arrivals, shuffles and token ids (default 0)\n"
-                 "  --quick            tiny workloads: a smoke test, not results\n"
-                 "  --real-model DIR   also real runs on the CPU executor (a model from\n"
-                 "                     `pagedserve make-model`); --real-requests N (16),\n"
-                 "                     --real-repeats N (2), --threads N (2)\n"
-                 "All results are SIMULATED (--device sim) except the real runs; see\n"
-                 "profiles/README.md.\n";
+    std::cout
+        << "usage: pagedserve bench paper [--workload W ...] [--profile FILE ...]\n"
+           "                              [--traces DIR] [--out FILE] [--result-json FILE]\n"
+           "  --workload W       sharegpt, alpaca, azure-conv or azure-code (repeatable):\n"
+           "                     only those workloads' throughput panels (Fig. 12);\n"
+           "                     default: every figure of the paper's evaluation\n"
+           "  --profile FILE     sim profile, repeatable (default the paper's three:\n"
+           "                     profiles/opt-13b-a100.json, opt-66b-4xa100.json,\n"
+           "                     opt-175b-8xa100-80gb.json); single-set-up figures use\n"
+           "                     the first\n"
+           "  --traces DIR       the traces folder (default ../shared/traces: its\n"
+           "                     sharegpt-lengths/, alpaca-lengths/, azure-2023/)\n"
+           "  --out FILE         the report (default docs/RESULTS.md); SVGs in paper-figures/\n"
+           "                     beside it\n"
+           "  --result-json FILE every table's numbers as JSON\n"
+           "  --num-requests N   requests per run (default 1000)\n"
+           "  --seed N           arrivals, shuffles and token ids (default 0)\n"
+           "  --quick            tiny workloads: a smoke test, not results\n"
+           "  --real-model DIR   also real runs on the CPU executor (a model from\n"
+           "                     `pagedserve make-model`); --real-requests N (16),\n"
+           "                     --real-repeats N (2), --threads N (2)\n"
+           "All results are SIMULATED (--device sim) except the real runs; see\n"
+           "profiles/README.md.\n";
     return 0;
   }
   paper::PaperOptions options;
@@ -181,8 +182,7 @@ int run_bench_admission(const std::vector<std::string>& args) {
   if (mode == "swap") {
     options.preemption = actors::PreemptionMode::kSwap;
     const actors::SimProfile profile = actors::load_sim_profile(options.profile);
-    options.num_cpu_blocks =
-        static_cast<int>((int64_t{4} << 30) / (profile.kv_bytes_per_token * options.block_size));
+    options.num_cpu_blocks = paper::swap_space_blocks(profile, options.block_size);
   }
   paper::run_admission_bench(options, std::cout);
   return 0;

@@ -84,7 +84,7 @@ void preemption_figure(Report& report, const NamedProfile& profile, const Worklo
   for (int bs : {8, 16, 32, 64, 128, 256}) {
     SimRunConfig config;
     config.block_size = bs;
-    config.num_cpu_blocks = static_cast<int>((int64_t{4} << 30) / (p.kv_bytes_per_token * bs));
+    config.num_cpu_blocks = swap_space_blocks(p, bs);
     const SimRunResult recompute = run_sim(p, config, requests);
     config.preemption = actors::PreemptionMode::kSwap;
     const SimRunResult swap = run_sim(p, config, requests);

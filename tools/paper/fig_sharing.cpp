@@ -7,13 +7,6 @@ namespace {
 
 using cache::KvAllocatorKind;
 
-Contender on_config(const actors::SimProfile& profile, const std::string& label,
-                    const SimRunConfig& config) {
-  return {label, [profile, config](const std::vector<SimRequest>& requests) {
-            return run_sim(profile, config, requests);
-          }};
-}
-
 SimRunConfig reserving(KvAllocatorKind kind, bool buddy) {
   SimRunConfig config;
   config.allocator = kind;
@@ -94,8 +87,8 @@ void sharing_figure(Report& report, const NamedProfile& profile, const Workload&
      << "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
   SweepOptions sweep = sweep_options_for(report, PaperWorkload::kAlpaca, profile);
   std::vector<Contender> contenders = sharing_contenders(profile.profile);
-  contenders.push_back(on_config(profile.profile, "Orca (Oracle), buddy",
-                                 reserving(KvAllocatorKind::kReserveOracle, true)));
+  contenders.push_back(sim_contender(profile.profile, "Orca (Oracle), buddy",
+                                     reserving(KvAllocatorKind::kReserveOracle, true)));
   for (auto [beam, n] :
        {std::pair{false, 1}, {false, 2}, {false, 4}, {false, 6}, {true, 2}, {true, 4}, {true, 6}}) {
     Workload w = alpaca;
@@ -131,12 +124,12 @@ void prefix_figure(Report& report, const NamedProfile& profile) {
   SimRunConfig cached;
   cached.prefix_caching = true;
   const std::vector<Contender> contenders = {
-      on_config(profile.profile, "vLLM (prefix caching)", cached),
-      on_config(profile.profile, "vLLM (no caching)", SimRunConfig{}),
-      on_config(profile.profile, "Orca (Oracle)",
-                reserving(KvAllocatorKind::kReserveOracle, false)),
-      on_config(profile.profile, "Orca (Oracle), buddy",
-                reserving(KvAllocatorKind::kReserveOracle, true))};
+      sim_contender(profile.profile, "vLLM (prefix caching)", cached),
+      sim_contender(profile.profile, "vLLM (no caching)", SimRunConfig{}),
+      sim_contender(profile.profile, "Orca (Oracle)",
+                    reserving(KvAllocatorKind::kReserveOracle, false)),
+      sim_contender(profile.profile, "Orca (Oracle), buddy",
+                    reserving(KvAllocatorKind::kReserveOracle, true))};
   const SweepOptions sweep = sweep_options_for(report, PaperWorkload::kAlpaca, profile);
   const std::vector<LengthPair> sentences =
       translation_lengths(report.options.quick ? 100 : 20000, report.options.seed);

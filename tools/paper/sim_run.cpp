@@ -11,6 +11,10 @@ int device_blocks_for(const actors::SimProfile& profile, int block_size) {
   return static_cast<int>(profile.kv_cache_bytes / (profile.kv_bytes_per_token * block_size));
 }
 
+int swap_space_blocks(const actors::SimProfile& profile, int block_size) {
+  return static_cast<int>((int64_t{4} << 30) / (profile.kv_bytes_per_token * block_size));
+}
+
 SimRunResult run_sim(const actors::SimProfile& profile, const SimRunConfig& config,
                      const std::vector<SimRequest>& requests) {
   const int num_blocks = config.num_device_blocks > 0

@@ -76,5 +76,7 @@ SimRunResult run_replay(const SimRunConfig& config, int max_model_len, const Ste
 
 // Blocks of `block_size` tokens the profile's KV memory holds.
 int device_blocks_for(const actors::SimProfile& profile, int block_size);
+// CPU swap blocks of `block_size` tokens in 4 GiB (vLLM's default swap space).
+int swap_space_blocks(const actors::SimProfile& profile, int block_size);
 
 }  // namespace pagedserve::paper

@@ -13,11 +13,6 @@ namespace {
 
 using cache::KvAllocatorKind;
 
-// CPU swap blocks in 4 GiB (vLLM's default swap space).
-int swap_blocks(const actors::SimProfile& profile, int block_size) {
-  return static_cast<int>((int64_t{4} << 30) / (profile.kv_bytes_per_token * block_size));
-}
-
 Contender on_allocator(const actors::SimProfile& profile, const std::string& label,
                        KvAllocatorKind kind, bool swap, bool buddy = false) {
   SimRunConfig config;
@@ -25,12 +20,21 @@ Contender on_allocator(const actors::SimProfile& profile, const std::string& lab
   config.buddy_regions = buddy;
   if (swap) {
     config.preemption = actors::PreemptionMode::kSwap;
-    config.num_cpu_blocks = swap_blocks(profile, config.block_size);
+    config.num_cpu_blocks = swap_space_blocks(profile, config.block_size);
   }
+  return sim_contender(profile, label, config);
+}
+
+}  // namespace
+
+Contender sim_contender(const actors::SimProfile& profile, const std::string& label,
+                        const SimRunConfig& config) {
   return {label, [profile, config](const std::vector<SimRequest>& requests) {
             return run_sim(profile, config, requests);
           }};
 }
+
+namespace {
 
 double memory_saved(const SimRunResult& r) {
   return r.mean_logical_blocks > 0 ? 1.0 - r.mean_physical_blocks / r.mean_logical_blocks : 0.0;

@@ -20,6 +20,10 @@ struct Contender {
   std::function<SimRunResult(const std::vector<SimRequest>&)> run;
 };
 
+// A system that is run_sim with this configuration.
+Contender sim_contender(const actors::SimProfile& profile, const std::string& label,
+                        const SimRunConfig& config);
+
 // The paper's five systems on `profile` (single sequences: recompute preemption, as vLLM v0
 // did for n = 1). Without static batching when `with_fastertransformer` is false.
 std::vector<Contender> paper_contenders(const actors::SimProfile& profile,
