@@ -58,8 +58,8 @@ void prefix_figure(Report& report, const NamedProfile& profile);
 void chatbot_figure(Report& report, const NamedProfile& profile,
                     const std::vector<LengthPair>& sharegpt_rounds);
 
-// Every Fig. 12 contender plus the given ones' ratio row; shared by Figs. 14, 16 and 17: one
-// Markdown row per panel with each contender's highest rate and the first one's ratio to it.
+// One Markdown row for a panel of Figs. 14, 16 or 17: each contender's highest rate, then the
+// first contender's ratio to each of the others, then the paper's number.
 void summary_row(Report& report, const std::string& label, const std::string& paper,
                  const std::vector<SweepOutcome>& outcomes);
 
