@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <stdexcept>
 
 #include "tools/paper/figures.h"
@@ -55,23 +56,39 @@ void header(Report& report, const std::vector<NamedProfile>& profiles) {
   setup_table(report, profiles);
 }
 
-// The pool each Fig. 12 trace is drawn from: the workload's whole selection, in file order.
-Workload workload_pool(const Report& report, PaperWorkload workload, int max_model_len) {
-  const int rows = report.options.quick ? 400 : -1;  // --quick: a smoke test, small pools
-  return make_workload(select_lengths(workload, report.options.traces_root, rows, max_model_len,
-                                      report.options.seed, false),
-                       0, report.options.seed, workload_name(workload));
-}
+// The pools every Fig. 12 trace is drawn from: each workload's whole selection, in file order,
+// built once per run (reading the file and drawing ~13M token ids is the slow part).
+class Pools {
+ public:
+  explicit Pools(const Report& report) : report_(report) {}
+
+  const Workload& get(PaperWorkload workload, int max_model_len) {
+    auto [it, added] = pools_.try_emplace({workload, max_model_len});
+    if (added) {
+      const PaperOptions& o = report_.options;
+      const int rows = o.quick ? 400 : -1;  // --quick: a smoke test, small pools
+      it->second =
+          make_workload(select_lengths(workload, o.traces_root, rows, max_model_len, o.seed, false),
+                        0, o.seed, workload_name(workload));
+    }
+    return it->second;
+  }
+
+ private:
+  const Report& report_;
+  std::map<std::pair<PaperWorkload, int>, Workload> pools_;
+};
 
 // Fig. 12: one panel per profile for `workload`; returns each panel's vLLM rate.
-std::vector<double> throughput_rows(Report& report, const std::vector<NamedProfile>& profiles,
+std::vector<double> throughput_rows(Report& report, Pools& pools,
+                                    const std::vector<NamedProfile>& profiles,
                                     PaperWorkload workload) {
   const bool azure = workload == PaperWorkload::kAzureConv || workload == PaperWorkload::kAzureCode;
   report.md << "### " << (azure ? "Azure trace: " : "Fig. 12: ") << workload_name(workload)
             << "\n\n";
   std::vector<double> vllm_rates;
   for (const NamedProfile& p : profiles) {
-    const Workload w = workload_pool(report, workload, p.profile.max_model_len);
+    const Workload& w = pools.get(workload, p.profile.max_model_len);
     const std::vector<SweepOutcome> outcomes = throughput_panel(
         report, p, w, std::string(workload_name(workload)) + "/" + p.id,
         paper_contenders(p.profile, true), sweep_options_for(report, workload, p),
@@ -98,10 +115,11 @@ void write_outputs(const Report& report) {
 }
 
 // Figs. 14-19 and the real runs, on the first profile (the paper's OPT-13B set-up).
-void single_setup_figures(Report& report, const NamedProfile& first, double vllm_sharegpt_rate) {
+void single_setup_figures(Report& report, Pools& pools, const NamedProfile& first,
+                          double vllm_sharegpt_rate) {
   const int len = first.profile.max_model_len;
-  const Workload sharegpt = workload_pool(report, PaperWorkload::kShareGpt, len);
-  const Workload alpaca = workload_pool(report, PaperWorkload::kAlpaca, len);
+  const Workload& sharegpt = pools.get(PaperWorkload::kShareGpt, len);
+  const Workload& alpaca = pools.get(PaperWorkload::kAlpaca, len);
   sharing_figure(report, first, alpaca, sharegpt);
   prefix_figure(report, first);
   std::vector<LengthPair> rounds;
@@ -118,7 +136,7 @@ void single_setup_figures(Report& report, const NamedProfile& first, double vllm
   }
 }
 
-void throughput_figures(Report& report, const std::vector<NamedProfile>& profiles,
+void throughput_figures(Report& report, Pools& pools, const std::vector<NamedProfile>& profiles,
                         double& vllm_sharegpt_rate) {
   const PaperOptions& options = report.options;
   report.md << "## Figs. 12-13: throughput at equal latency\n\n"
@@ -135,24 +153,23 @@ void throughput_figures(Report& report, const std::vector<NamedProfile>& profile
                "reservations as fit, a new batch only when the last finished).\n\n";
   for (PaperWorkload w : {PaperWorkload::kShareGpt, PaperWorkload::kAlpaca}) {
     if (!has(options.workloads, w)) continue;
-    const std::vector<double> rates = throughput_rows(report, profiles, w);
+    const std::vector<double> rates = throughput_rows(report, pools, profiles, w);
     if (w == PaperWorkload::kShareGpt) vllm_sharegpt_rate = rates.front();
   }
   if (has(options.workloads, PaperWorkload::kShareGpt)) {
     cost_model_ablation(
         report, profiles.front(),
-        workload_pool(report, PaperWorkload::kShareGpt, profiles.front().profile.max_model_len));
+        pools.get(PaperWorkload::kShareGpt, profiles.front().profile.max_model_len));
   }
   if (has(options.workloads, PaperWorkload::kShareGpt) &&
       has(options.workloads, PaperWorkload::kAlpaca)) {
     const int len = profiles.front().profile.max_model_len;
-    batch_size_figure(report, profiles.front(),
-                      workload_pool(report, PaperWorkload::kShareGpt, len),
-                      workload_pool(report, PaperWorkload::kAlpaca, len));
+    batch_size_figure(report, profiles.front(), pools.get(PaperWorkload::kShareGpt, len),
+                      pools.get(PaperWorkload::kAlpaca, len));
   }
 }
 
-void azure_section(Report& report, const std::vector<NamedProfile>& profiles) {
+void azure_section(Report& report, Pools& pools, const std::vector<NamedProfile>& profiles) {
   const PaperOptions& options = report.options;
   if (!has(options.workloads, PaperWorkload::kAzureConv) &&
       !has(options.workloads, PaperWorkload::kAzureCode)) {
@@ -165,13 +182,12 @@ void azure_section(Report& report, const std::vector<NamedProfile>& profiles) {
                "wastes a smaller share; the gains shrink accordingly. Lengths clipped to the "
                "context (output first to half of it, then the prompt).\n\n";
   if (options.all_figures && has(options.workloads, PaperWorkload::kAzureConv)) {
-    memory_breakdown(
-        report, profiles.front(),
-        workload_pool(report, PaperWorkload::kAzureConv, profiles.front().profile.max_model_len),
-        "azure-conv");
+    memory_breakdown(report, profiles.front(),
+                     pools.get(PaperWorkload::kAzureConv, profiles.front().profile.max_model_len),
+                     "azure-conv");
   }
   for (PaperWorkload w : {PaperWorkload::kAzureConv, PaperWorkload::kAzureCode}) {
-    if (has(options.workloads, w)) throughput_rows(report, profiles, w);
+    if (has(options.workloads, w)) throughput_rows(report, pools, profiles, w);
   }
 }
 
@@ -185,17 +201,17 @@ void run_paper(const PaperOptions& options) {
   for (const auto& path : options.profiles) profiles.push_back(load_named_profile(path));
   if (profiles.empty()) throw std::invalid_argument("bench paper: no profile");
   header(report, profiles);
+  Pools pools(report);
   const NamedProfile& first = profiles.front();
   if (options.all_figures) {
     report.md << "## Fig. 2: where the KV memory goes\n\n";
     memory_breakdown(report, first,
-                     workload_pool(report, PaperWorkload::kShareGpt, first.profile.max_model_len),
-                     "sharegpt");
+                     pools.get(PaperWorkload::kShareGpt, first.profile.max_model_len), "sharegpt");
   }
   double vllm_sharegpt_rate = 0;
-  throughput_figures(report, profiles, vllm_sharegpt_rate);
-  if (options.all_figures) single_setup_figures(report, first, vllm_sharegpt_rate);
-  azure_section(report, profiles);
+  throughput_figures(report, pools, profiles, vllm_sharegpt_rate);
+  if (options.all_figures) single_setup_figures(report, pools, first, vllm_sharegpt_rate);
+  azure_section(report, pools, profiles);
   comparison_section(report, profiles);
   write_outputs(report);
 }
