@@ -21,6 +21,7 @@
 
 #include "actors/engine_setup.h"
 #include "actors/executor_actor.h"
+#include "actors/fault_hooks.h"
 #include "actors/prefix_cache_actor.h"
 #include "actors/runtime/actor_thread.h"
 #include "actors/runtime/request_registry.h"
@@ -106,21 +107,28 @@ std::unique_ptr<Engine> Engine::start(const EngineConfig& config_in, const Engin
   const int vocab_size = setup.executor->model_config().vocab_size;
   SchedulerActorConfig sched{setup.scheduler, setup.blocks, options.overlap};
   auto executor = std::move(setup.executor);
+  const FaultHooks* faults = options.fault_hooks.get();
+#ifdef PAGEDSERVE_FAULT_INJECTION
+  if (faults != nullptr && faults->wrap_executor)
+    executor = faults->wrap_executor(std::move(executor));
+#endif
 
   auto impl = std::make_unique<Impl>(config, options, tokenizer);
   Impl& s = *impl;
   s.eos_token_ids = setup.scheduler.eos_token_ids;
   s.executor_actor = std::make_unique<ExecutorActor>(std::move(executor), s.executor_inbox,
-                                                     s.scheduler_inbox, s.stats);
+                                                     s.scheduler_inbox, s.stats, faults);
   s.prefix_cache_actor = std::make_unique<PrefixCacheActor>(
-      cache::make_kv_allocator(setup.scheduler.kv_allocator, setup.blocks), s.prefix_cache_inbox,
-      s.prefix_cache_reply);
+      [kind = setup.scheduler.kv_allocator, blocks = setup.blocks] {
+        return cache::make_kv_allocator(kind, blocks);
+      },
+      s.prefix_cache_inbox, s.prefix_cache_reply, faults);
   s.scheduler_actor = std::make_unique<SchedulerActor>(
       sched, s.scheduler_inbox, s.executor_inbox, s.decode_inbox,
-      PrefixCacheLink{s.prefix_cache_inbox, s.prefix_cache_reply}, s.stats);
+      PrefixCacheLink{s.prefix_cache_inbox, s.prefix_cache_reply}, s.stats, faults);
   s.tokenizer_actor = std::make_unique<TokenizerActor>(
       tokenizer, TokenizerActorLimits{config, vocab_size}, s.registry, s.encode_inbox,
-      s.decode_inbox, s.scheduler_inbox, s.stats);
+      s.decode_inbox, s.scheduler_inbox, s.stats, faults);
   s.registry->set_abort_hook([actor = s.scheduler_actor.get()] { actor->notify_abort(); });
 
   s.executor_thread.spawn(s.executor_actor->run());

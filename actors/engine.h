@@ -27,6 +27,8 @@
 
 namespace pagedserve::actors {
 
+struct FaultHooks;  // actors/fault_hooks.h: test-only fault injection
+
 namespace runtime {
 class StreamState;
 class RequestRegistry;
@@ -112,6 +114,9 @@ struct EngineOptions {
   int max_unfinished_requests = 1024;                 // submit() blocks beyond this
   int channel_capacity = 64;                          // messages buffered between two actors
   std::chrono::milliseconds shutdown_timeout{10000};  // to end in-flight requests
+  // Tests only: faults to inject at the actor seams (actors/fault_hooks.h). Null in every
+  // program; ignored in Release builds.
+  std::shared_ptr<const FaultHooks> fault_hooks;
 };
 
 // Where the served steps' time went, in seconds summed since the engine started: the

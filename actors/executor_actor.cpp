@@ -9,17 +9,19 @@ namespace pagedserve::actors {
 ExecutorActor::ExecutorActor(std::unique_ptr<Executor> executor,
                              runtime::Channel<runtime::ExecuteStep>& inbox,
                              runtime::Channel<runtime::SchedulerMessage>& scheduler_inbox,
-                             runtime::StatsBoard& stats)
+                             runtime::StatsBoard& stats, const FaultHooks* faults)
     : executor_(std::move(executor)),
       inbox_(inbox),
       scheduler_inbox_(scheduler_inbox),
-      stats_(stats) {}
+      stats_(stats),
+      faults_(faults) {}
 
 runtime::Task<void> ExecutorActor::run() {
   for (;;) {
     auto [error, step] = co_await inbox_.async_receive(runtime::kAwaitTuple);
     if (error) break;  // closed: shutdown
     runtime::StepDone done = on_execute(std::move(step));
+    if (fault_fails_send(faults_, ChannelSend::kStepDone)) break;  // as if the inbox closed
     auto [send_error] = co_await scheduler_inbox_.async_send(
         boost::system::error_code{}, runtime::SchedulerMessage(std::move(done)),
         runtime::kAwaitTuple);

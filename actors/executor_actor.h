@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "actors/executor.h"
+#include "actors/fault_hooks.h"
 #include "actors/runtime/channel.h"
 #include "actors/runtime/executor_messages.h"
 #include "actors/runtime/scheduler_messages.h"
@@ -25,7 +26,7 @@ class ExecutorActor {
  public:
   ExecutorActor(std::unique_ptr<Executor> executor, runtime::Channel<runtime::ExecuteStep>& inbox,
                 runtime::Channel<runtime::SchedulerMessage>& scheduler_inbox,
-                runtime::StatsBoard& stats);
+                runtime::StatsBoard& stats, const FaultHooks* faults = nullptr);
 
   // The run loop; spawn it on the executor thread. Ends when the inbox or the scheduler's
   // inbox closes.
@@ -38,6 +39,7 @@ class ExecutorActor {
   runtime::Channel<runtime::ExecuteStep>& inbox_;
   runtime::Channel<runtime::SchedulerMessage>& scheduler_inbox_;
   runtime::StatsBoard& stats_;
+  const FaultHooks* faults_ = nullptr;  // tests only
   std::optional<std::chrono::steady_clock::time_point> last_step_end_;
   SampledTokenCarry carry_;
 };

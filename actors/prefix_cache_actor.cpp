@@ -6,10 +6,15 @@
 
 namespace pagedserve::actors {
 
-PrefixCacheActor::PrefixCacheActor(std::unique_ptr<cache::KvAllocator> allocator,
+PrefixCacheActor::PrefixCacheActor(AllocatorFactory make_allocator,
                                    runtime::Channel<runtime::ApplyMemoryOps>& inbox,
-                                   runtime::Channel<runtime::MemoryOpsApplied>& reply)
-    : allocator_(std::move(allocator)), inbox_(inbox), reply_(reply) {}
+                                   runtime::Channel<runtime::MemoryOpsApplied>& reply,
+                                   const FaultHooks* faults)
+    : make_allocator_(std::move(make_allocator)),
+      allocator_(make_allocator_()),
+      faults_(faults),
+      inbox_(inbox),
+      reply_(reply) {}
 
 runtime::Task<void> PrefixCacheActor::run() {
   for (;;) {
@@ -25,10 +30,15 @@ runtime::Task<void> PrefixCacheActor::run() {
 runtime::MemoryOpsApplied PrefixCacheActor::on_apply(runtime::ApplyMemoryOps request) {
   runtime::MemoryOpsApplied applied;
   applied.request_id = request.request_id;
+  // The scheduler starts over: nothing the old allocator held is trusted any more.
+  if (request.reset) allocator_ = make_allocator_();
   cache::KvMemoryApplier applier(*allocator_);
   // Exceptions stay in this actor: a refused op comes back as an error value.
   try {
-    for (const cache::KvMemoryOp& op : request.ops) applier.apply(op);
+    for (const cache::KvMemoryOp& op : request.ops) {
+      call_fault_hook(faults_, &FaultHooks::before_memory_op, op);
+      applier.apply(op);
+    }
   } catch (const std::exception& e) {
     applied.error = std::string("the prefix-cache actor failed: ") + e.what();
   }

@@ -3,11 +3,16 @@
 // Handles ApplyMemoryOps (from the scheduler actor): applies the op list in order with
 // KvMemoryApplier (cache/kv_memory_ops.h), hashing and looking up prompt prefixes as it goes,
 // and answers with one MemoryOpsApplied on the scheduler's reply channel. A thin shell: every
-// decision is the allocator's or the scheduler's. Lives on the prefix-cache ActorThread.
+// decision is the allocator's or the scheduler's. A request with `reset` set replaces the
+// allocator by a fresh one (every block free, the prefix cache empty): how the engine recovers
+// after the allocator refused a list or a step's KV contents were lost (docs/actors.md,
+// "Failures"). Lives on the prefix-cache ActorThread.
 #pragma once
 
+#include <functional>
 #include <memory>
 
+#include "actors/fault_hooks.h"
 #include "actors/runtime/channel.h"
 #include "actors/runtime/prefix_cache_messages.h"
 #include "cache/kv_allocator.h"
@@ -16,9 +21,14 @@ namespace pagedserve::actors {
 
 class PrefixCacheActor {
  public:
-  PrefixCacheActor(std::unique_ptr<cache::KvAllocator> allocator,
+  // Builds an empty allocator: once at construction, again for each reset request.
+  using AllocatorFactory = std::function<std::unique_ptr<cache::KvAllocator>()>;
+
+  // `faults`: test-only hooks (null in programs); must outlive the actor.
+  PrefixCacheActor(AllocatorFactory make_allocator,
                    runtime::Channel<runtime::ApplyMemoryOps>& inbox,
-                   runtime::Channel<runtime::MemoryOpsApplied>& reply);
+                   runtime::Channel<runtime::MemoryOpsApplied>& reply,
+                   const FaultHooks* faults = nullptr);
 
   // The run loop; spawn it on the prefix-cache thread. Ends when the inbox or the reply
   // channel closes.
@@ -31,7 +41,9 @@ class PrefixCacheActor {
   const cache::KvAllocator& allocator() const { return *allocator_; }
 
  private:
+  AllocatorFactory make_allocator_;
   std::unique_ptr<cache::KvAllocator> allocator_;
+  const FaultHooks* faults_ = nullptr;
   runtime::Channel<runtime::ApplyMemoryOps>& inbox_;
   runtime::Channel<runtime::MemoryOpsApplied>& reply_;
 };

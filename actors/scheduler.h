@@ -204,6 +204,13 @@ class Scheduler {
   const cache::BlockManager& block_manager() const;
   const cache::KvAllocator& kv_allocator() const;
   SchedulerStats stats() const;
+  // Numbers the next steps and sequences after `previous`'s, so a Scheduler that replaces
+  // another (the scheduler actor's recovery from a fault) never reuses an id the executor may
+  // still associate with state (a sampled token, a grammar matcher). Call before add().
+  void continue_ids_after(const Scheduler& previous) {
+    next_step_id_ = previous.next_step_id_;
+    next_seq_id_ = previous.next_seq_id_;
+  }
   size_t num_running() const { return running_.size(); }  // groups
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_swapped() const { return swapped_.size(); }

@@ -12,6 +12,7 @@
 // planning the next, waits until the last step's tokens reached the clients.
 #include "actors/scheduler_actor.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -40,7 +41,7 @@ struct SchedulerActor::State {
   State(const SchedulerActorConfig& config, runtime::Channel<runtime::SchedulerMessage>& inbox,
         runtime::Channel<runtime::ExecuteStep>& executor_inbox,
         runtime::Channel<runtime::DecodeBatch>& tokenizer_inbox, PrefixCacheLink prefix_cache,
-        runtime::StatsBoard& stats);
+        runtime::StatsBoard& stats, const FaultHooks* faults);
 
   runtime::Task<void> run();
   void on_message(runtime::AddRequest& add);
@@ -50,15 +51,29 @@ struct SchedulerActor::State {
   // Schedules and launches steps while fewer than the limit are outstanding (1, or 2 with
   // overlap) and the Scheduler allows; flushes steps with nothing to run.
   runtime::Task<void> launch_steps(bool continues_previous_step);
-  // One round trip to the prefix-cache actor; nullopt when it is gone (shutdown) or failed.
-  runtime::Task<std::optional<cache::KvMemoryResult>> apply_memory_ops(cache::KvMemoryOps ops);
+  // launch_steps, then, while a fault is pending, recovery and launch_steps again (for the
+  // requests carried over).
+  runtime::Task<void> launch_steps_and_recover(bool continues_previous_step);
+  // One round trip to the prefix-cache actor; nullopt when it is gone (shutdown) or failed
+  // (then `fault` says why). `reset`: the allocator starts over empty first.
+  runtime::Task<std::optional<cache::KvMemoryResult>> apply_memory_ops(cache::KvMemoryOps ops,
+                                                                       bool reset = false);
   // Sends the frees, forks and resolutions no step carried (e.g. after the last request ended).
   runtime::Task<void> flush_memory_ops();
   void collect(std::vector<RequestUpdate> updates);
-  // The prefix-cache actor refused a memory-op list: the scheduler's view of memory and the
-  // allocator disagree (a bug), so no step can be planned safely again. Ends every live
-  // request with an error instead of leaving its stream hanging; later requests are refused.
-  void fail_everything(const std::string& reason);
+  // After a fault (`fault` set: the prefix-cache actor refused an op list, a step failed in
+  // the executor or could not be sent to it) neither the Scheduler's view of KV memory nor the
+  // KV contents are trusted. Ends every request that holds (or was being given) KV memory
+  // with an error, carries the ones still waiting for their first admission over to a fresh
+  // Scheduler, and has the prefix-cache actor start over with an empty allocator (which
+  // also drops prefix-cache entries whose blocks may never have been written). Steps still in
+  // flight belong to the old Scheduler: their results are discarded. docs/actors.md,
+  // "Failures".
+  runtime::Task<void> recover_from_fault();
+  // Whether a live request can move to a fresh Scheduler unharmed: it holds no KV memory and
+  // has produced nothing yet, and was not carried over before (a second fault ends it, so
+  // recovery cannot loop).
+  bool can_carry_over(uint64_t request_id) const;
   // Queues the final delta of a request that ends outside any step (never scheduled, or
   // failed with the engine); `error` empty for an abort.
   void end_request(uint64_t request_id, const char* finish_reason, std::string error);
@@ -68,23 +83,31 @@ struct SchedulerActor::State {
   runtime::Task<void> forward_deltas(bool wait_for_delivery);
 
   const SchedulerActorConfig config;
-  Scheduler scheduler;
+  std::unique_ptr<Scheduler> scheduler;  // replaced by recover_from_fault()
   runtime::Channel<runtime::SchedulerMessage>& inbox;
   runtime::Channel<runtime::ExecuteStep>& executor_inbox;
   runtime::Channel<runtime::DecodeBatch>& tokenizer_inbox;
   PrefixCacheLink prefix_cache;
   runtime::StatsBoard& stats;
+  const FaultHooks* faults = nullptr;  // tests only
   uint64_t next_memory_request_id = 1;
 
   struct LiveRequest {
     std::stop_token cancel;
-    bool streamed = false;  // some token went out (beam search streams none before the end)
+    bool streamed = false;      // some token went out (beam search streams none before the end)
+    bool carried_over = false;  // moved to a fresh Scheduler by recover_from_fault() once
   };
-  std::unordered_map<uint64_t, LiveRequest> live;    // added and not yet reported finished
-  std::unordered_map<uint64_t, std::string> failed;  // aborted because the executor failed
+  std::unordered_map<uint64_t, LiveRequest> live;  // added and not yet reported finished
   std::vector<runtime::OutputDelta> outbox;
-  std::string memory_failure;  // set by fail_everything(): the engine takes no more work
-  int steps_outstanding = 0;   // sent to the executor, StepDone not received yet
+  std::string fault;          // a failure recover_from_fault() has not handled yet
+  int steps_outstanding = 0;  // sent to the executor, StepDone not received yet
+  // Of those, steps of a Scheduler that recover_from_fault() replaced: the executor answers in
+  // order, so the next this many StepDones are theirs, and are dropped.
+  int stale_steps_outstanding = 0;
+  // What replaced Schedulers counted, so EngineStats' counters never go back.
+  SchedulerStats retired_stats;
+  int64_t retired_prefix_queries_tokens = 0;
+  int64_t retired_prefix_hits_tokens = 0;
   std::atomic<bool> abort_pending{false};  // set by any thread, cleared by this one
   const uint64_t seed_state = std::random_device{}();
   int64_t num_generated_tokens = 0;
@@ -94,14 +117,16 @@ SchedulerActor::State::State(const SchedulerActorConfig& config_in,
                              runtime::Channel<runtime::SchedulerMessage>& inbox_in,
                              runtime::Channel<runtime::ExecuteStep>& executor_inbox_in,
                              runtime::Channel<runtime::DecodeBatch>& tokenizer_inbox_in,
-                             PrefixCacheLink prefix_cache_in, runtime::StatsBoard& stats_in)
+                             PrefixCacheLink prefix_cache_in, runtime::StatsBoard& stats_in,
+                             const FaultHooks* faults_in)
     : config(config_in),
-      scheduler(remote_config(config_in.scheduler), config_in.blocks),
+      scheduler(std::make_unique<Scheduler>(remote_config(config_in.scheduler), config_in.blocks)),
       inbox(inbox_in),
       executor_inbox(executor_inbox_in),
       tokenizer_inbox(tokenizer_inbox_in),
       prefix_cache(prefix_cache_in),
-      stats(stats_in) {
+      stats(stats_in),
+      faults(faults_in) {
   publish_stats();
 }
 
@@ -109,9 +134,10 @@ SchedulerActor::SchedulerActor(const SchedulerActorConfig& config,
                                runtime::Channel<runtime::SchedulerMessage>& inbox,
                                runtime::Channel<runtime::ExecuteStep>& executor_inbox,
                                runtime::Channel<runtime::DecodeBatch>& tokenizer_inbox,
-                               PrefixCacheLink prefix_cache, runtime::StatsBoard& stats)
+                               PrefixCacheLink prefix_cache, runtime::StatsBoard& stats,
+                               const FaultHooks* faults)
     : state_(std::make_unique<State>(config, inbox, executor_inbox, tokenizer_inbox, prefix_cache,
-                                     stats)) {}
+                                     stats, faults)) {}
 
 SchedulerActor::~SchedulerActor() = default;
 
@@ -137,16 +163,17 @@ runtime::Task<void> SchedulerActor::State::run() {
       std::fprintf(stderr, "pagedserve: scheduler actor: %s\n", e.what());
     }
     if (config.overlap) {
-      co_await launch_steps(step_finished);
+      co_await launch_steps_and_recover(step_finished);
     } else {
       // Overlap off: what an update or abort freed is free (and published) before the tokens
       // that report it reach the client.
       co_await flush_memory_ops();
+      if (!fault.empty()) co_await recover_from_fault();
     }
     publish_stats();
     co_await forward_deltas(!config.overlap);
     if (!config.overlap) {
-      co_await launch_steps(step_finished);
+      co_await launch_steps_and_recover(step_finished);
       publish_stats();
       co_await forward_deltas(true);
     }
@@ -157,10 +184,11 @@ runtime::Task<void> SchedulerActor::State::run() {
 }
 
 runtime::Task<std::optional<cache::KvMemoryResult>> SchedulerActor::State::apply_memory_ops(
-    cache::KvMemoryOps ops) {
+    cache::KvMemoryOps ops, bool reset) {
   runtime::ApplyMemoryOps request;
   request.request_id = next_memory_request_id++;
   request.ops = std::move(ops);
+  request.reset = reset;
   const uint64_t id = request.request_id;
   // Only this actor sends here and it awaits every reply, so the channel always has room.
   auto [send_error] = co_await prefix_cache.inbox.async_send(
@@ -169,30 +197,93 @@ runtime::Task<std::optional<cache::KvMemoryResult>> SchedulerActor::State::apply
   auto [receive_error, reply] = co_await prefix_cache.reply.async_receive(runtime::kAwaitTuple);
   if (receive_error) co_return std::nullopt;
   if (reply.request_id != id || !reply.error.empty()) {
-    fail_everything(reply.error.empty() ? "a KV memory reply arrived out of order"
-                                        : "KV memory: " + reply.error);
+    if (fault.empty()) {
+      fault = reply.error.empty() ? "a KV memory reply arrived out of order"
+                                  : "KV memory: " + reply.error;
+    }
     co_return std::nullopt;
   }
   co_return std::move(reply.result);
 }
 
 runtime::Task<void> SchedulerActor::State::flush_memory_ops() {
-  if (!scheduler.has_memory_ops()) co_return;
+  // With a fault pending the allocator is about to start over: the old Scheduler's ops are moot.
+  if (!fault.empty() || !scheduler->has_memory_ops()) co_return;
   std::optional<cache::KvMemoryResult> result =
-      co_await apply_memory_ops(scheduler.take_memory_ops());
+      co_await apply_memory_ops(scheduler->take_memory_ops());
   if (!result) co_return;
   try {
-    scheduler.absorb_memory_result(*result);
+    scheduler->absorb_memory_result(*result);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pagedserve: scheduler actor: %s\n", e.what());
   }
 }
 
-void SchedulerActor::State::fail_everything(const std::string& reason) {
-  std::fprintf(stderr, "pagedserve: scheduler actor: %s\n", reason.c_str());
-  if (memory_failure.empty()) memory_failure = reason;
-  for (auto& [id, request] : live) end_request(id, "error", "engine failure: " + reason);
-  live.clear();
+bool SchedulerActor::State::can_carry_over(uint64_t request_id) const {
+  const auto it = live.find(request_id);
+  const SequenceGroup* group = scheduler->group(request_id);
+  if (it == live.end() || group == nullptr) return false;
+  if (it->second.streamed || it->second.carried_over) return false;
+  return group->status == GroupStatus::kWaiting && group->num_preemptions == 0 &&
+         std::all_of(group->seqs.begin(), group->seqs.end(), [](const Sequence& seq) {
+           return seq.output_token_ids.empty() && seq.num_computed_tokens == 0;
+         });
+}
+
+runtime::Task<void> SchedulerActor::State::recover_from_fault() {
+  const std::string reason = std::exchange(fault, {});
+  std::fprintf(stderr,
+               "pagedserve: scheduler actor: %s; failing the requests that hold KV memory and "
+               "starting KV memory over\n",
+               reason.c_str());
+  auto fresh = std::make_unique<Scheduler>(remote_config(config.scheduler), config.blocks);
+  fresh->continue_ids_after(*scheduler);
+  // Ascending ids are arrival order, so the fresh queue keeps first-come-first-served.
+  std::vector<uint64_t> ids;
+  for (const auto& [id, request] : live) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (uint64_t id : ids) {
+    LiveRequest& request = live.at(id);
+    if (request.cancel.stop_requested()) {
+      end_request(id, "abort", {});
+    } else if (can_carry_over(id)) {
+      const SequenceGroup& group = *scheduler->group(id);
+      NewRequest again;
+      again.id = id;
+      again.prompt_token_ids = group.prompt_token_ids;
+      again.sampling = group.sampling;
+      again.seed = group.seed;
+      again.output_len_hint = group.output_len_hint;
+      fresh->add(std::move(again));
+      request.carried_over = true;
+      continue;
+    } else {
+      end_request(id, "error", "engine failure: " + reason);
+    }
+    live.erase(id);
+  }
+  const SchedulerStats old = scheduler->stats();
+  retired_stats.num_preemptions_swap += old.num_preemptions_swap;
+  retired_stats.num_preemptions_recompute += old.num_preemptions_recompute;
+  retired_stats.num_steps_planned_ahead += old.num_steps_planned_ahead;
+  retired_stats.peak_used_blocks = std::max(retired_stats.peak_used_blocks, old.peak_used_blocks);
+  const cache::KvMemorySnapshot memory = scheduler->memory_snapshot();
+  retired_prefix_queries_tokens += memory.prefix_cache_queries_tokens;
+  retired_prefix_hits_tokens += memory.prefix_cache_hits_tokens;
+  scheduler = std::move(fresh);
+  stale_steps_outstanding = steps_outstanding;
+  std::optional<cache::KvMemoryResult> result = co_await apply_memory_ops({}, /*reset=*/true);
+  // An empty list cannot be refused; a failure here is the prefix-cache actor gone (shutdown).
+  fault.clear();
+  if (result) scheduler->absorb_memory_result(*result);
+}
+
+runtime::Task<void> SchedulerActor::State::launch_steps_and_recover(bool continues_previous_step) {
+  co_await launch_steps(continues_previous_step);
+  while (!fault.empty()) {
+    co_await recover_from_fault();
+    co_await launch_steps(false);
+  }
 }
 
 void SchedulerActor::State::end_request(uint64_t request_id, const char* finish_reason,
@@ -206,10 +297,6 @@ void SchedulerActor::State::end_request(uint64_t request_id, const char* finish_
 }
 
 void SchedulerActor::State::on_message(runtime::AddRequest& add) {
-  if (!memory_failure.empty()) {
-    end_request(add.request_id, "error", "engine failure: " + memory_failure);
-    return;
-  }
   if (add.cancel.stop_requested()) {
     end_request(add.request_id, "abort", {});
     return;
@@ -223,7 +310,7 @@ void SchedulerActor::State::on_message(runtime::AddRequest& add) {
   const uint64_t id = request.id;
   live.emplace(id, LiveRequest{std::move(add.cancel)});
   try {
-    scheduler.add(std::move(request));
+    scheduler->add(std::move(request));
   } catch (const std::exception& e) {  // a duplicate id: a bug, but the stream must end
     live.erase(id);
     end_request(id, "error", e.what());
@@ -234,22 +321,25 @@ void SchedulerActor::State::on_message(runtime::CheckAborts&) { abort_pending.st
 
 void SchedulerActor::State::on_message(runtime::StepDone& done) {
   --steps_outstanding;
+  if (stale_steps_outstanding > 0) {  // planned by a Scheduler recovery replaced
+    --stale_steps_outstanding;
+    return;
+  }
   if (!done.error.empty()) {
-    for (const ScheduledSequence& seq : done.input.seqs) {
-      if (!live.count(seq.request_id)) continue;
-      failed[seq.request_id] = done.error;
-      scheduler.abort(seq.request_id);
-    }
+    // The step's KV contents are unknown, and blocks it was to fill may already be in the
+    // prefix cache: recovery ends its requests and starts KV memory over.
+    if (fault.empty()) fault = done.error;
+    return;
   }
   const auto start = std::chrono::steady_clock::now();
-  collect(scheduler.update(done.input, done.output));
+  collect(scheduler->update(done.input, done.output));
   stats.add_stage(runtime::StatsBoard::Stage::kProcessOutputs,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 void SchedulerActor::State::sweep_aborts() {
   for (const auto& [id, request] : live) {
-    if (request.cancel.stop_requested()) scheduler.abort(id);  // a no-op the second time
+    if (request.cancel.stop_requested()) scheduler->abort(id);  // a no-op the second time
   }
 }
 
@@ -257,25 +347,26 @@ void SchedulerActor::State::sweep_aborts() {
 // that applies the plan's memory ops, then the step completed from its result goes to the
 // executor. With overlap the round trip runs while the executor computes the step before.
 runtime::Task<void> SchedulerActor::State::launch_steps(bool continues_previous_step) {
+  if (!fault.empty()) co_return;  // recovery first
   const int max_outstanding = config.overlap ? 2 : 1;
   // A few rounds at most: a schedule() may only flush aborts (an empty step).
-  for (int attempt = 0; attempt < 3 && steps_outstanding < max_outstanding &&
-                        scheduler.has_unfinished() && scheduler.can_schedule();
+  for (int attempt = 0; attempt < 3 && fault.empty() && steps_outstanding < max_outstanding &&
+                        scheduler->has_unfinished() && scheduler->can_schedule();
        ++attempt) {
     StepInput input;
     try {
       const auto start = std::chrono::steady_clock::now();
-      cache::KvMemoryOps ops = scheduler.plan_step();
+      cache::KvMemoryOps ops = scheduler->plan_step();
       std::optional<cache::KvMemoryResult> result = co_await apply_memory_ops(std::move(ops));
-      if (!result) co_return;  // shutting down (or a bug, reported): nothing more can run
-      input = scheduler.finish_step(std::move(*result));
+      if (!result) co_return;  // shutting down, or a fault to recover from
+      input = scheduler->finish_step(std::move(*result));
       stats.add_stage(
           runtime::StatsBoard::Stage::kSchedule,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       if (input.seqs.empty()) {
         StepOutput nothing;
         nothing.step_id = input.step_id;
-        collect(scheduler.update(input, nothing));
+        collect(scheduler->update(input, nothing));
         if (steps_outstanding > 0) break;  // the running step's outcome comes first
         continue;
       }
@@ -283,33 +374,20 @@ runtime::Task<void> SchedulerActor::State::launch_steps(bool continues_previous_
       std::fprintf(stderr, "pagedserve: scheduler actor: %s\n", e.what());
       co_return;
     }
-    std::vector<uint64_t> ids;
-    for (const ScheduledSequence& seq : input.seqs) ids.push_back(seq.request_id);
     runtime::ExecuteStep step;
     // A step queued behind a running one starts the moment that one ends.
     step.continues_previous_step = continues_previous_step || steps_outstanding > 0;
-    const uint64_t step_id = input.step_id;
-    const size_t num_seqs = input.seqs.size();
     step.input = std::move(input);
     // Capacity 2, at most 2 outstanding: the channel has room unless it was closed.
-    if (executor_inbox.try_send(boost::system::error_code{}, std::move(step))) {
+    if (!fault_fails_send(faults, ChannelSend::kExecuteStep) &&
+        executor_inbox.try_send(boost::system::error_code{}, std::move(step))) {
       ++steps_outstanding;
       continue;
     }
-    for (uint64_t id : ids) {
-      failed[id] = "the engine is shutting down";
-      scheduler.abort(id);
-    }
-    // The step never ran: retire it with empty results (every one of its requests is failed).
-    StepInput never_ran;
-    never_ran.step_id = step_id;
-    never_ran.seqs.resize(num_seqs);
-    for (size_t i = 0; i < num_seqs; ++i) never_ran.seqs[i].request_id = ids[i];
-    StepOutput none;
-    none.step_id = step_id;
-    none.seqs.resize(num_seqs);
-    collect(scheduler.update(never_ran, none));
-    break;
+    // The step will never run, yet its memory ops were applied (blocks it was to fill may be
+    // in the prefix cache already): the same recovery as for a step the executor failed.
+    fault = "the step could not be sent to the executor (its inbox is closed)";
+    co_return;
   }
   co_await flush_memory_ops();
 }
@@ -355,11 +433,6 @@ void SchedulerActor::State::collect(std::vector<RequestUpdate> updates) {
     if (!update.error.empty()) reason = FinishReason::kError;
     end.finish_reason = finish_reason_name(reason);
     end.error = std::move(update.error);
-    if (auto failure = failed.find(update.request_id); failure != failed.end()) {
-      end.finish_reason = "error";
-      end.error = std::move(failure->second);
-      failed.erase(failure);
-    }
     outbox.push_back(std::move(end));
     live.erase(it);
   }
@@ -367,22 +440,25 @@ void SchedulerActor::State::collect(std::vector<RequestUpdate> updates) {
 
 void SchedulerActor::State::publish_stats() {
   // The pool as the prefix-cache actor's last reply left it.
-  const cache::KvMemorySnapshot memory = scheduler.memory_snapshot();
-  const SchedulerStats sched = scheduler.stats();
+  const cache::KvMemorySnapshot memory = scheduler->memory_snapshot();
+  const SchedulerStats sched = scheduler->stats();
   EngineStats counts;
-  counts.num_running_seqs = static_cast<int>(scheduler.num_running());
-  counts.num_waiting_seqs = static_cast<int>(scheduler.num_waiting());
-  counts.num_swapped_seqs = static_cast<int>(scheduler.num_swapped());
+  counts.num_running_seqs = static_cast<int>(scheduler->num_running());
+  counts.num_waiting_seqs = static_cast<int>(scheduler->num_waiting());
+  counts.num_swapped_seqs = static_cast<int>(scheduler->num_swapped());
   counts.num_kv_blocks_total = memory.num_total_device_blocks;
   counts.num_kv_blocks_used = memory.num_used_device_blocks;
   counts.num_kv_blocks_free = memory.num_free_device_blocks;
   counts.num_kv_blocks_cached = memory.num_cached_blocks;
-  counts.peak_kv_blocks_used = sched.peak_used_blocks;
-  counts.prefix_cache_queries_tokens = memory.prefix_cache_queries_tokens;
-  counts.prefix_cache_hits_tokens = memory.prefix_cache_hits_tokens;
-  counts.num_preemptions_swap = sched.num_preemptions_swap;
-  counts.num_preemptions_recompute = sched.num_preemptions_recompute;
-  counts.num_steps_planned_ahead = sched.num_steps_planned_ahead;
+  counts.peak_kv_blocks_used = std::max(sched.peak_used_blocks, retired_stats.peak_used_blocks);
+  counts.prefix_cache_queries_tokens =
+      memory.prefix_cache_queries_tokens + retired_prefix_queries_tokens;
+  counts.prefix_cache_hits_tokens = memory.prefix_cache_hits_tokens + retired_prefix_hits_tokens;
+  counts.num_preemptions_swap = sched.num_preemptions_swap + retired_stats.num_preemptions_swap;
+  counts.num_preemptions_recompute =
+      sched.num_preemptions_recompute + retired_stats.num_preemptions_recompute;
+  counts.num_steps_planned_ahead =
+      sched.num_steps_planned_ahead + retired_stats.num_steps_planned_ahead;
   counts.num_generated_tokens = num_generated_tokens;
   stats.publish(counts);
 }
@@ -399,6 +475,7 @@ runtime::Task<void> SchedulerActor::State::forward_deltas(bool wait_for_delivery
   }
   // May wait while the tokenizer's inbox is full; the tokenizer's decode loop never waits
   // on this actor, so this always resumes.
+  if (fault_fails_send(faults, ChannelSend::kDecodeBatch)) co_return;  // as if it were closed
   auto [error] = co_await tokenizer_inbox.async_send(boost::system::error_code{}, std::move(batch),
                                                      runtime::kAwaitTuple);
   // Blocking this thread is the point of overlap off: nothing else happens meanwhile.

@@ -18,6 +18,9 @@
 // overlap the round trip happens while the executor runs the step before. Ops queued with no
 // step to carry them (frees after the last request ends, an abort with overlap off) go alone;
 // the last of them when the inbox closes. Metrics (EngineStats) come from the reply's snapshot.
+// A fault (the prefix-cache actor refusing a list, a step the executor failed or that could not
+// be sent to it) ends the requests holding KV memory with finish reason "error", carries the
+// ones still queued over to a fresh Scheduler and has the allocator start over empty.
 // Design and trade-offs: docs/actors.md.
 //
 // Only scheduler_actor.cpp sees the Scheduler's step types (RequestUpdate, ...), so they can
@@ -28,6 +31,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/fault_hooks.h"
 #include "actors/runtime/channel.h"
 #include "actors/runtime/executor_messages.h"
 #include "actors/runtime/prefix_cache_messages.h"
@@ -57,7 +61,8 @@ class SchedulerActor {
                  runtime::Channel<runtime::SchedulerMessage>& inbox,
                  runtime::Channel<runtime::ExecuteStep>& executor_inbox,
                  runtime::Channel<runtime::DecodeBatch>& tokenizer_inbox,
-                 PrefixCacheLink prefix_cache, runtime::StatsBoard& stats);
+                 PrefixCacheLink prefix_cache, runtime::StatsBoard& stats,
+                 const FaultHooks* faults = nullptr);
   ~SchedulerActor();
 
   // The run loop; spawn it on the scheduler thread. Ends when the inbox closes.

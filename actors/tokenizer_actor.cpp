@@ -14,14 +14,15 @@ TokenizerActor::TokenizerActor(std::shared_ptr<const model::Tokenizer> tokenizer
                                runtime::Channel<runtime::EncodeRequest>& encode_inbox,
                                runtime::Channel<runtime::DecodeBatch>& decode_inbox,
                                runtime::Channel<runtime::SchedulerMessage>& scheduler_inbox,
-                               runtime::StatsBoard& stats)
+                               runtime::StatsBoard& stats, const FaultHooks* faults)
     : tokenizer_(std::move(tokenizer)),
       limits_(limits),
       registry_(std::move(registry)),
       encode_inbox_(encode_inbox),
       decode_inbox_(decode_inbox),
       scheduler_inbox_(scheduler_inbox),
-      stats_(stats) {}
+      stats_(stats),
+      faults_(faults) {}
 
 runtime::Task<void> TokenizerActor::encode_loop() {
   for (;;) {
@@ -70,6 +71,7 @@ runtime::Task<void> TokenizerActor::on_encode(runtime::EncodeRequest request) {
   std::vector<int32_t> prompt_ids = std::move(request.prompt_token_ids);
   std::string problem;
   try {
+    call_fault_hook(faults_, &FaultHooks::before_encode, id);
     // An empty prompt would still encode to BOS; refuse it as LlmEngine refuses no tokens.
     if (prompt_ids.empty() && !request.prompt.empty()) {
       prompt_ids = tokenizer_->encode(request.prompt, true);
@@ -94,9 +96,14 @@ runtime::Task<void> TokenizerActor::on_encode(runtime::EncodeRequest request) {
   add.sampling = std::move(request.sampling);
   add.cancel = stream->cancel_token();
   // May wait while the scheduler's inbox is full: that is the backpressure on arrivals.
-  auto [error] = co_await scheduler_inbox_.async_send(
-      boost::system::error_code{}, runtime::SchedulerMessage(std::move(add)), runtime::kAwaitTuple);
-  if (error) {
+  bool sent = false;
+  if (!fault_fails_send(faults_, ChannelSend::kAddRequest)) {
+    auto [error] = co_await scheduler_inbox_.async_send(boost::system::error_code{},
+                                                        runtime::SchedulerMessage(std::move(add)),
+                                                        runtime::kAwaitTuple);
+    sent = !error;
+  }
+  if (!sent) {
     final_event.finish_reason = "error";
     final_event.error = "the engine is shutting down";
     final_event.num_prompt_tokens = num_prompt_tokens;
@@ -139,6 +146,8 @@ TokenEvent TokenizerActor::make_event(LiveRequest& live, runtime::OutputDelta& d
   event.num_prompt_tokens = static_cast<int>(live.prompt_ids.size());
   event.num_cached_tokens = delta.num_cached_tokens;
   if (live.ended.count(delta.index)) return event;  // tokens that raced with a stop string
+  call_fault_hook(faults_, &FaultHooks::before_detokenize, delta.request_id,
+                  std::span<const int32_t>(delta.token_ids));
   SequenceText& text = output(live, delta.index);
   text.push(delta.token_ids);
   const bool sequence_over = !delta.sequence_finish_reason.empty();

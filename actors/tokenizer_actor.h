@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "actors/engine_setup.h"
+#include "actors/fault_hooks.h"
 #include "actors/runtime/channel.h"
 #include "actors/runtime/request_registry.h"
 #include "actors/runtime/scheduler_messages.h"
@@ -42,7 +43,7 @@ class TokenizerActor {
                  runtime::Channel<runtime::EncodeRequest>& encode_inbox,
                  runtime::Channel<runtime::DecodeBatch>& decode_inbox,
                  runtime::Channel<runtime::SchedulerMessage>& scheduler_inbox,
-                 runtime::StatsBoard& stats);
+                 runtime::StatsBoard& stats, const FaultHooks* faults = nullptr);
 
   // The two run loops; spawn both on the tokenizer thread. Each ends when its inbox closes.
   runtime::Task<void> encode_loop();
@@ -76,7 +77,8 @@ class TokenizerActor {
   runtime::Channel<runtime::EncodeRequest>& encode_inbox_;
   runtime::Channel<runtime::DecodeBatch>& decode_inbox_;
   runtime::Channel<runtime::SchedulerMessage>& scheduler_inbox_;
-  runtime::StatsBoard& stats_;  // detokenization time
+  runtime::StatsBoard& stats_;          // detokenization time
+  const FaultHooks* faults_ = nullptr;  // tests only
   std::unordered_map<uint64_t, LiveRequest> live_;
 };
 

@@ -14,6 +14,9 @@ namespace pagedserve::actors::runtime {
 struct ApplyMemoryOps {
   uint64_t request_id = 0;  // echoed in the reply: the scheduler checks it got its own answer
   cache::KvMemoryOps ops;
+  // Replace the allocator by an empty one before applying `ops` (the scheduler recovers from a
+  // failure by starting KV memory over: docs/actors.md, "Failures").
+  bool reset = false;
 };
 
 struct MemoryOpsApplied {

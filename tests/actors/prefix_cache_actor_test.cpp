@@ -38,7 +38,8 @@ struct Actors {
   Actors()
       : inbox(prefix_thread.executor(), 1),
         reply(client_thread.executor(), 1),
-        actor(cache::make_kv_allocator(cache::KvAllocatorKind::kPaged, pool()), inbox, reply) {
+        actor([] { return cache::make_kv_allocator(cache::KvAllocatorKind::kPaged, pool()); },
+              inbox, reply) {
     prefix_thread.spawn(actor.run());
     prefix_thread.start();
     client_thread.start();
@@ -61,7 +62,7 @@ struct Actors {
 
 runtime::Task<runtime::MemoryOpsApplied> round_trip(Actors& actors, uint64_t id,
                                                     cache::KvMemoryOps ops) {
-  runtime::ApplyMemoryOps request{id, std::move(ops)};
+  runtime::ApplyMemoryOps request{id, std::move(ops), /*reset=*/false};
   auto [send_error] = co_await actors.inbox.async_send(boost::system::error_code{},
                                                        std::move(request), runtime::kAwaitTuple);
   if (send_error) throw std::runtime_error("send failed");
