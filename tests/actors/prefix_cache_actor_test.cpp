@@ -1,7 +1,8 @@
 // PrefixCacheActor: the owner of the KV allocator on its own thread. A request/reply round trip
 // gives what applying the same list directly gives; a refused op comes back as an error value;
 // and a remote Scheduler whose steps are in flight when every request is aborted leaves every
-// block free once its queued frees reach the actor, as the scheduler actor does at shutdown.
+// block free once its queued frees reach the actor, as the scheduler actor does at shutdown;
+// a reset request starts over with an empty allocator.
 #include "actors/prefix_cache_actor.h"
 
 #include <gtest/gtest.h>
@@ -131,6 +132,32 @@ TEST(PrefixCacheActor, ARoundTripGivesWhatApplyingTheListDirectlyGives) {
   same(replies[1].result, want_second);
   EXPECT_EQ(replies[1].result.allocations.at(0).num_cached_tokens, 12);
   EXPECT_EQ(replies[1].result.block_copies.size(), 1u) << "sequence 2's copy-on-write";
+  EXPECT_EQ(actors.actor.allocator().block_manager()->check_invariants(), "");
+}
+
+// A reset request (the scheduler actor's recovery from a fault, docs/actors.md "Failures")
+// replaces the allocator by an empty one before applying its ops: the old sequences are gone,
+// every other block is free, and the prefix cache has nothing left to serve.
+TEST(PrefixCacheActor, ResetStartsOverWithAnEmptyAllocator) {
+  Actors actors;
+  actors.shut_down();  // on_apply from this thread from now on
+  const std::vector<int32_t> prompt = iota(14, 1);
+  const runtime::MemoryOpsApplied first = actors.actor.on_apply(
+      {1, {cache::KvMemoryOp::allocate(1, prompt, 14, 16), cache::KvMemoryOp::free(1)}, false});
+  ASSERT_EQ(first.error, "");
+  // Without a reset the same prompt is served the freed blocks: three full blocks.
+  const runtime::MemoryOpsApplied hit =
+      actors.actor.on_apply({2, {cache::KvMemoryOp::allocate(2, prompt, 14, 16)}, false});
+  EXPECT_EQ(hit.result.allocations.at(0).num_cached_tokens, 12);
+
+  const runtime::MemoryOpsApplied after =
+      actors.actor.on_apply({3, {cache::KvMemoryOp::allocate(3, prompt, 14, 16)}, true});
+  EXPECT_EQ(after.error, "");
+  EXPECT_EQ(after.result.allocations.at(0).num_cached_tokens, 0);
+  EXPECT_EQ(after.result.snapshot.num_free_device_blocks, 32 - 4) << "only sequence 3's blocks";
+  EXPECT_EQ(after.result.snapshot.prefix_cache_hits_tokens, 0);
+  EXPECT_FALSE(actors.actor.allocator().has_sequence(2));
+  EXPECT_TRUE(actors.actor.allocator().has_sequence(3));
   EXPECT_EQ(actors.actor.allocator().block_manager()->check_invariants(), "");
 }
 
