@@ -34,7 +34,8 @@ const char* const kHelp =
     "  --rate R                    arrivals/s of the trace share; default: --overload times the\n"
     "                              rate measured by a calibration run\n"
     "  --overload X                trace rate / sustained rate (default 1.5)\n"
-    "  --calibration-requests N    requests sent at once to measure the rate (default 96)\n"
+    "  --calibration-requests N    requests of the calibration run (default 1024) ...\n"
+    "  --calibration-concurrency C ... kept C in flight (default 256, serve's --max-num-seqs)\n"
     "  --max-prompt-tokens N --max-output-tokens N   trace lengths scaled to these (256, 128)\n"
     "  --seed S                    kinds, arrivals and prompts (default 0)\n"
     "  --idle-timeout S            the server's idle timeout (default 5)\n"
@@ -56,6 +57,7 @@ std::set<std::string> value_flags() {
           "rate",
           "overload",
           "calibration-requests",
+          "calibration-concurrency",
           "max-prompt-tokens",
           "max-output-tokens",
           "seed",
@@ -114,17 +116,24 @@ std::vector<OutgoingRequest> prepare_requests(const CliFlags& flags, const std::
   return build_requests(trace, prompt);
 }
 
-// Requests/s the server completes when `count` trace requests arrive at once.
+// Requests/s the server completes from a queue of `count` trace requests kept `concurrency`
+// deep (closed loop, so the measure is throughput, not a burst's tail): what it sustains.
 double measure_sustained_rate(const std::string& base_url,
-                              const std::vector<OutgoingRequest>& requests, int64_t count) {
-  std::vector<OutgoingRequest> batch(requests.begin(),
-                                     requests.begin() + std::min<int64_t>(count, requests.size()));
+                              const std::vector<OutgoingRequest>& requests, int64_t count,
+                              int64_t concurrency) {
+  std::vector<OutgoingRequest> batch;
+  for (int64_t i = 0; i < count; ++i) batch.push_back(requests[i % requests.size()]);
   RunOptions options;
   options.base_url = base_url;
   options.progress = false;
+  options.max_concurrency = concurrency;
   const RunResult run = run_load(options, batch, std::vector<double>(batch.size(), 0.0));
   const Summary summary = summarize(run.records, run.duration_s);
   if (summary.completed == 0) throw std::runtime_error("calibration: no request completed");
+  if (summary.failed > 0) {
+    std::cerr << "soak: calibration: " << summary.failed << " of " << count
+              << " requests failed (e.g. 429: lower --calibration-concurrency)\n";
+  }
   return summary.request_throughput;
 }
 
@@ -321,15 +330,18 @@ ChaosClientOptions client_options(const CliFlags& flags, const std::string& base
 // The figures for docs/RELIABILITY.md: rates, well-behaved latency, resident memory.
 void add_figures(nlohmann::ordered_json& report, const ChaosPhase& chaos, double trace_rate,
                  double overload, int64_t rss_limit) {
-  const auto round_to = [](double value, double unit) { return std::round(value / unit) * unit; };
-  report["rates"]["sustained_rps"] = round_to(trace_rate / overload, 0.01);
-  report["rates"]["trace_rps"] = round_to(trace_rate, 0.01);
-  report["rates"]["total_rps"] = round_to(chaos.total_rate, 0.01);
+  // value rounded to 1/per_unit (per_unit 100: hundredths), printed without binary noise.
+  const auto round_to = [](double value, double per_unit) {
+    return std::round(value * per_unit) / per_unit;
+  };
+  report["rates"]["sustained_rps"] = round_to(trace_rate / overload, 100);
+  report["rates"]["trace_rps"] = round_to(trace_rate, 100);
+  report["rates"]["total_rps"] = round_to(chaos.total_rate, 100);
   const Summary streamed = well_behaved_summary(chaos.results, ChaosKind::kStreamed);
-  report["streamed_latency_ms"] = {{"ttft_p50", round_to(streamed.ttft.p50_ms, 0.1)},
-                                   {"ttft_p99", round_to(streamed.ttft.p99_ms, 0.1)},
-                                   {"tpot_p50", round_to(streamed.tpot.p50_ms, 0.1)},
-                                   {"tpot_p99", round_to(streamed.tpot.p99_ms, 0.1)}};
+  report["streamed_latency_ms"] = {{"ttft_p50", round_to(streamed.ttft.p50_ms, 10)},
+                                   {"ttft_p99", round_to(streamed.ttft.p99_ms, 10)},
+                                   {"tpot_p50", round_to(streamed.tpot.p50_ms, 10)},
+                                   {"tpot_p99", round_to(streamed.tpot.p99_ms, 10)}};
   report["rss"] = {{"peak_bytes", chaos.rss.peak_bytes}, {"warm_bytes", chaos.rss.warm_bytes},
                    {"late_bytes", chaos.rss.late_bytes}, {"growth_bytes", chaos.rss.growth_bytes},
                    {"limit_bytes", rss_limit},           {"samples", chaos.rss.samples}};
@@ -362,9 +374,11 @@ int run_bench_soak(const std::vector<std::string>& args) {
     trace_rate = flags.get_double("rate", 1);
     report["rates"]["source"] = "--rate";
   } else {
-    const int64_t n = flags.get_int("calibration-requests", 96, 1, 100000);
-    trace_rate = overload * measure_sustained_rate(process.base_url, requests, n);
-    report["rates"]["source"] = "measured: " + std::to_string(n) + " requests at once";
+    const int64_t n = flags.get_int("calibration-requests", 1024, 1, 1 << 20);
+    const int64_t depth = flags.get_int("calibration-concurrency", 256, 1, 1 << 20);
+    trace_rate = overload * measure_sustained_rate(process.base_url, requests, n, depth);
+    report["rates"]["source"] =
+        "measured: " + std::to_string(n) + " requests, " + std::to_string(depth) + " in flight";
   }
   const ChaosClientOptions options = client_options(flags, process.base_url, model);
   const ChaosPhase chaos = run_chaos_phase(flags, options, server.pid, requests, trace_rate);
