@@ -149,7 +149,7 @@ TEST_F(ChaosAgainstServe, MidStreamDisconnectAbortsTheRequestAndFreesItsBlocks) 
   const ChaosResult r = play(ChaosKind::kDisconnectMidStream);
   EXPECT_EQ(r.seen.status, 200);
   EXPECT_TRUE(r.seen.planned_cut);
-  EXPECT_GE(r.seen.events_read, 3);
+  EXPECT_GE(r.seen.events_read, 1);  // arrival 0 cuts after its first event
   EXPECT_FALSE(r.seen.completed);
   EXPECT_GT(aborted_after(before), before) << "the server never counted the request as aborted";
   EXPECT_TRUE(settled());
@@ -176,7 +176,7 @@ TEST_F(ChaosAgainstServe, WebSocketCancelGetsADoneFrameForEveryChoice) {
   EXPECT_EQ(r.seen.status, 101) << r.seen.transport_error;
   EXPECT_TRUE(r.seen.completed);
   ASSERT_EQ(r.seen.finish_reasons.size(), 1u);
-  EXPECT_GE(r.seen.events_read, 3);
+  EXPECT_GE(r.seen.events_read, 1);
   if (r.seen.finish_reasons[0] == "abort") {
     EXPECT_GT(aborted_after(before), before);
   } else {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 namespace pagedserve::loadgen {
 namespace {
 
@@ -145,7 +147,7 @@ OutgoingRequest trace_request() {
 }
 
 TEST(ChaosRequests, EachKindSendsWhatItsNameSays) {
-  const ChaosRequestOptions options{"m", 1000, 48};
+  const ChaosRequestOptions options{"m", 1000, 48, 8};
   const OutgoingRequest trace = trace_request();
   for (int64_t i = 0; i < 4; ++i) {
     const auto body = nlohmann::json::parse(
@@ -171,6 +173,20 @@ TEST(ChaosRequests, EachKindSendsWhatItsNameSays) {
       nlohmann::json::parse(chaos_request(ChaosKind::kDisconnectMidStream, 0, trace, options).body);
   EXPECT_EQ(cut["max_tokens"], 48);
   EXPECT_EQ(cut["stream"], true);
+  std::set<int64_t> cut_points;
+  std::set<double> fractions;
+  for (int64_t i = 0; i < 90; ++i) {
+    const ChaosRequest r = chaos_request(ChaosKind::kDisconnectMidStream, i, trace, options);
+    EXPECT_GE(r.cut_after_events, 1);
+    EXPECT_LE(r.cut_after_events, 8);
+    cut_points.insert(r.cut_after_events);
+    const double f = chaos_request(ChaosKind::kDisconnectMidBody, i, trace, options).cut_fraction;
+    EXPECT_GT(f, 0.0);
+    EXPECT_LT(f, 1.0);
+    fractions.insert(f);
+  }
+  EXPECT_EQ(cut_points.size(), 8u) << "every cut point is used";
+  EXPECT_EQ(fractions.size(), 9u);
   const ChaosRequest ws = chaos_request(ChaosKind::kWsCancel, 1, trace, options);
   const auto frame = nlohmann::json::parse(ws.body);
   EXPECT_EQ(frame["type"], "completion");

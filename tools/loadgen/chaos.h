@@ -49,16 +49,21 @@ std::vector<ChaosKind> assign_kinds(size_t count, const ChaosMix& mix, uint32_t 
 // What a kind sends for one arrival, built from that arrival's trace request.
 struct ChaosRequest {
   std::string path = "/v1/completions";
-  std::string body;             // HTTP body, or the WebSocket start frame for kWsCancel
-  int64_t expected_tokens = 0;  // forced output length judged for well-behaved kinds
-  int64_t choices = 1;          // choices the answer must carry (WebSocket done frames)
+  std::string body;              // HTTP body, or the WebSocket start frame for kWsCancel
+  int64_t expected_tokens = 0;   // forced output length judged for well-behaved kinds
+  int64_t choices = 1;           // choices the answer must carry (WebSocket done frames)
+  int64_t cut_after_events = 0;  // mid-stream disconnect / WebSocket cancel after k events
+  double cut_fraction = 0;       // mid-body disconnect: share of the raw request sent
 };
 struct ChaosRequestOptions {
   std::string model;
   int64_t max_body_bytes = 4 << 20;     // oversized bodies are 1 KiB over this
   int64_t misbehaving_max_tokens = 48;  // streams that get cut or cancelled
+  int64_t max_cut_after_events = 8;     // cuts and cancels come after 1..this many events
 };
-// Malformed JSON and absurd parameters rotate through their variants by `index`.
+// Malformed JSON and absurd parameters rotate through their variants by `index`, and so do
+// the cut points: after 1 + index % max_cut_after_events events, and at (1 + index % 9) / 10
+// of the raw request (the lower shares end inside the headers, the higher inside the body).
 ChaosRequest chaos_request(ChaosKind kind, int64_t index, const OutgoingRequest& trace_request,
                            const ChaosRequestOptions& options);
 

@@ -6,6 +6,7 @@
 // arguments or in a structured binding's initialiser, no large arrays in a frame.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -214,8 +215,9 @@ asio::awaitable<ChaosObservation> play_stream(const ChaosEnv& env, std::string b
   co_return seen;
 }
 
-// Headers and half the body of a well-formed request, then a close.
-asio::awaitable<ChaosObservation> play_cut_body(const ChaosEnv& env, std::string body) {
+// The first cut_fraction of a well-formed request's bytes (headers and body), then a close.
+asio::awaitable<ChaosObservation> play_cut_body(const ChaosEnv& env, std::string body,
+                                                double cut_fraction) {
   ChaosObservation seen;
   const auto executor = co_await asio::this_coro::executor;
   beast::tcp_stream stream(executor);
@@ -226,11 +228,13 @@ asio::awaitable<ChaosObservation> play_cut_body(const ChaosEnv& env, std::string
     seen.transport_error = transport_error("connect", ec);
     co_return seen;
   }
-  const std::string head =
+  std::string head =
       "POST " + env.url.path_prefix + "/v1/completions HTTP/1.1\r\nHost: " + env.url.host + ":" +
       env.url.port +
       "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-      "\r\n\r\n" + body.substr(0, body.size() / 2);
+      "\r\n\r\n" + body;
+  head.resize(
+      std::clamp<size_t>(static_cast<size_t>(cut_fraction * head.size()), 1, head.size() - 1));
   stream.expires_after(env.deadline());
   std::tie(ec, std::ignore) = co_await asio::async_write(stream, asio::buffer(head), kTuple);
   if (ec) {
@@ -270,14 +274,15 @@ asio::awaitable<ChaosObservation> play(const ChaosEnv& env, ChaosKind kind,
     case ChaosKind::kStreamed:
       co_return co_await play_stream(env, request.body, StreamPlan{}, record);
     case ChaosKind::kDisconnectMidStream:
-      co_return co_await play_stream(env, request.body,
-                                     StreamPlan{env.options.cut_after_events, false}, record);
+      co_return co_await play_stream(env, request.body, StreamPlan{request.cut_after_events, false},
+                                     record);
     case ChaosKind::kSlowReader:
       co_return co_await play_stream(env, request.body, StreamPlan{0, true}, record);
     case ChaosKind::kDisconnectMidBody:
-      co_return co_await play_cut_body(env, request.body);
+      co_return co_await play_cut_body(env, request.body, request.cut_fraction);
     case ChaosKind::kWsCancel:
-      co_return co_await play_ws_cancel(env, nlohmann::json::parse(request.body), request.choices);
+      co_return co_await play_ws_cancel(env, nlohmann::json::parse(request.body), request.choices,
+                                        request.cut_after_events);
     case ChaosKind::kIdleConnection:
       co_return co_await play_idle(env);
     default:  // one request, one answer

@@ -19,7 +19,7 @@ struct ChaosClientOptions {
   double request_timeout_s = 120.0;     // deadline of each network operation
   double idle_deadline_s = 90.0;        // an idle connection fails if still open after this
   int64_t max_body_bytes = 4 << 20;     // the server's --max-body-bytes; oversized bodies exceed it
-  int64_t cut_after_events = 3;         // mid-stream disconnects and WebSocket cancels: after k
+  int64_t max_cut_after_events = 8;     // mid-stream disconnects and WebSocket cancels: after 1..k
   int64_t misbehaving_max_tokens = 48;  // forced length of the streams that get cut or cancelled
   double slow_read_interval_s = 0.01;   // slow reader: one byte per interval ...
   double slow_read_for_s = 2.0;         // ... for this long, then it reads normally

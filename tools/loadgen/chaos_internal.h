@@ -34,6 +34,6 @@ struct ChaosEnv {
 // cut_after_events token frames, cancels, and reads until every one of `choices` done frames
 // (or an error frame) came.
 boost::asio::awaitable<ChaosObservation> play_ws_cancel(const ChaosEnv& env, nlohmann::json frame,
-                                                        int64_t choices);
+                                                        int64_t choices, int64_t cut_after_events);
 
 }  // namespace pagedserve::loadgen::detail

@@ -1,4 +1,5 @@
 // The bodies the chaos kinds send (chaos.h: chaos_request). Pure: JSON only.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "tools/loadgen/chaos.h"
@@ -60,6 +61,8 @@ ChaosRequest chaos_request(ChaosKind kind, int64_t index, const OutgoingRequest&
   ChaosRequest out;
   if (trace_request.chat) out.path = "/v1/chat/completions";
   OutgoingRequest streamed = trace_request;
+  out.cut_after_events = 1 + index % std::max<int64_t>(1, options.max_cut_after_events);
+  out.cut_fraction = static_cast<double>(1 + index % 9) / 10;
   switch (kind) {
     case ChaosKind::kStreamed:
       out.body = http_body(trace_request);

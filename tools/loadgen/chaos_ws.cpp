@@ -53,7 +53,7 @@ bool on_frame(const std::string& text, int64_t choices, ChaosObservation& seen) 
 }  // namespace
 
 asio::awaitable<ChaosObservation> play_ws_cancel(const ChaosEnv& env, nlohmann::json frame,
-                                                 int64_t choices) {
+                                                 int64_t choices, int64_t cut_after_events) {
   ChaosObservation seen;
   const auto executor = co_await asio::this_coro::executor;
   websocket::stream<beast::tcp_stream> ws(executor);
@@ -87,7 +87,7 @@ asio::awaitable<ChaosObservation> play_ws_cancel(const ChaosEnv& env, nlohmann::
     if (ec) break;
     over = on_frame(beast::buffers_to_string(buffer.data()), choices, seen);
     buffer.consume(buffer.size());
-    if (!over && !cancelled && seen.events_read >= env.options.cut_after_events) {
+    if (!over && !cancelled && seen.events_read >= cut_after_events) {
       cancelled = true;
       tcp.expires_after(env.deadline());
       std::tie(ec, n) = co_await ws.async_write(asio::buffer(cancel), kTuple);
