@@ -12,6 +12,7 @@
 #include <future>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "tools/cli_flags.h"
@@ -185,8 +186,18 @@ struct ServerGuard {
   }
 };
 
+// The kernel's count of connections dropped because a listen queue was full (machine-wide:
+// other processes' listeners count too); -1 when /proc/net/netstat cannot be read.
+int64_t listen_overflows() {
+  std::ifstream in("/proc/net/netstat");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_tcp_ext(text.str(), "ListenOverflows").value_or(-1);
+}
+
 struct ChaosPhase {
-  double total_rate = 0;  // arrivals/s, all kinds
+  double total_rate = 0;         // arrivals/s, all kinds
+  int64_t listen_overflows = 0;  // during the phase, machine-wide
   std::vector<ChaosResult> results;
   RssSummary rss;
 };
@@ -206,7 +217,9 @@ ChaosPhase run_chaos_phase(const CliFlags& flags, const ChaosClientOptions& opti
   std::vector<OutgoingRequest> sent(arrivals.size());
   for (size_t i = 0; i < sent.size(); ++i) sent[i] = requests[i % requests.size()];
   RssSampler sampler(pid, 1.0);
+  const int64_t overflows_before = listen_overflows();
   phase.results = run_chaos(options, kinds, sent, arrivals);
+  phase.listen_overflows = listen_overflows() - overflows_before;
   sampler.stop();
   phase.rss = summarize_rss(sampler.samples(), 0.2);
   return phase;
@@ -288,7 +301,15 @@ void print_report(const nlohmann::ordered_json& report, const ChaosTally& tally,
             << lat["tpot_p99"] << " ms\n"
             << "server RSS: peak " << mib(rss["peak_bytes"]) << ", warm-up "
             << mib(rss["warm_bytes"]) << ", end " << mib(rss["late_bytes"]) << ", growth "
-            << mib(rss["growth_bytes"]) << " (limit " << mib(rss["limit_bytes"]) << ")\n";
+            << mib(rss["growth_bytes"]) << " (limit " << mib(rss["limit_bytes"]) << ")\n"
+            << "kernel listen-queue overflows during the chaos (machine-wide): "
+            << report["listen_overflows_machine_wide"] << "\n"
+            << "load generator send lag p50 " << report["send_lag_ms"]["p50"] << " ms, p99 "
+            << report["send_lag_ms"]["p99"] << " ms\n";
+  if (report["send_lag_ms"]["p99"].get<double>() > 1000) {
+    std::cout << "WARNING: the load generator fell behind its schedule (send lag p99 over 1 s): "
+                 "arrivals came in bursts, not at the intended rate; give it more CPU\n";
+  }
   bool all = true;
   for (const Check& c : checks) {
     std::cout << (c.passed ? "PASS " : "FAIL ") << c.name << ": " << c.detail << "\n";
@@ -345,6 +366,14 @@ void add_figures(nlohmann::ordered_json& report, const ChaosPhase& chaos, double
   report["rss"] = {{"peak_bytes", chaos.rss.peak_bytes}, {"warm_bytes", chaos.rss.warm_bytes},
                    {"late_bytes", chaos.rss.late_bytes}, {"growth_bytes", chaos.rss.growth_bytes},
                    {"limit_bytes", rss_limit},           {"samples", chaos.rss.samples}};
+  report["listen_overflows_machine_wide"] = chaos.listen_overflows;
+  // How late the load generator sent (sent - scheduled, every client): when it cannot keep the
+  // open-loop schedule, arrivals come in bursts and the offered rate is not the one intended.
+  std::vector<double> lag_s;
+  for (const ChaosResult& r : chaos.results)
+    lag_s.push_back(r.record.sent_s - r.record.scheduled_s);
+  const Distribution lag = distribution_ms(lag_s);
+  report["send_lag_ms"] = {{"p50", round_to(lag.p50_ms, 10)}, {"p99", round_to(lag.p99_ms, 10)}};
   report["streamed_summary"] = summary_json(streamed);
   report["non_streamed_summary"] =
       summary_json(well_behaved_summary(chaos.results, ChaosKind::kNonStreamed));

@@ -211,6 +211,17 @@ TEST(ChaosReadings, PrometheusValueReadsTheUnlabelledSampleOfThatExactName) {
   EXPECT_EQ(prometheus_value(text, "pagedserve_request_success_total"), std::nullopt);
 }
 
+TEST(ChaosReadings, TcpExtCounterIsReadByName) {
+  const std::string netstat =
+      "TcpExt: SyncookiesSent SyncookiesRecv ListenOverflows ListenDrops\n"
+      "TcpExt: 1755 0 1003226 1003227\n"
+      "IpExt: InNoRoutes\n"
+      "IpExt: 0\n";
+  EXPECT_EQ(parse_tcp_ext(netstat, "ListenOverflows"), 1003226);
+  EXPECT_EQ(parse_tcp_ext(netstat, "ListenDrops"), 1003227);
+  EXPECT_EQ(parse_tcp_ext(netstat, "InNoRoutes"), std::nullopt);
+}
+
 TEST(ChaosReadings, VmRssIsReadInBytes) {
   EXPECT_EQ(parse_vm_rss("Name:\tpagedserve\nVmPeak:\t  9 kB\nVmRSS:\t  123456 kB\n"),
             int64_t{123456} * 1024);
@@ -243,6 +254,7 @@ TEST(ChaosTally, CountsOutcomesPerKindAndListsViolations) {
   results[2].kind = ChaosKind::kIdleConnection;
   results[2].verdict = {"not closed by the server", true};
   results[2].record.index = 2;
+  results[2].record.sent_s = 7.5;
   const ChaosTally t = tally(results);
   EXPECT_EQ(t.requests, 3);
   EXPECT_EQ(t.violations, 1);
@@ -250,6 +262,8 @@ TEST(ChaosTally, CountsOutcomesPerKindAndListsViolations) {
   EXPECT_EQ(t.outcomes.at("streamed").at("http 429"), 1);
   ASSERT_EQ(t.violation_examples.size(), 1u);
   EXPECT_EQ(t.violation_examples[0], "idle_connection #2: not closed by the server");
+  EXPECT_EQ(t.first_violation_s, 7.5);
+  EXPECT_EQ(t.last_violation_s, 7.5);
 }
 
 }  // namespace

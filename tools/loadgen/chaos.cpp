@@ -168,6 +168,9 @@ ChaosTally tally(const std::vector<ChaosResult>& results) {
     ++out.outcomes[chaos_kind_name(r.kind)][r.verdict.outcome];
     if (!r.verdict.violation) continue;
     ++out.violations;
+    if (out.first_violation_s < 0) out.first_violation_s = r.record.sent_s;
+    out.first_violation_s = std::min(out.first_violation_s, r.record.sent_s);
+    out.last_violation_s = std::max(out.last_violation_s, r.record.sent_s);
     if (out.violation_examples.size() < 20) {
       out.violation_examples.push_back(std::string(chaos_kind_name(r.kind)) + " #" +
                                        std::to_string(r.record.index) + ": " + r.verdict.outcome);
@@ -186,7 +189,12 @@ std::string format_tally(const ChaosTally& tally) {
           << std::string(label.size() < 42 ? 42 - label.size() : 1, ' ') << count << "\n";
     }
   }
-  out << "requests " << tally.requests << ", violations " << tally.violations << "\n";
+  out << "requests " << tally.requests << ", violations " << tally.violations;
+  if (tally.violations > 0) {
+    out << " (clients sent from " << static_cast<int64_t>(tally.first_violation_s) << " s to "
+        << static_cast<int64_t>(tally.last_violation_s) << " s)";
+  }
+  out << "\n";
   for (const std::string& example : tally.violation_examples)
     out << "  violation: " << example << "\n";
   return out.str();
@@ -198,6 +206,8 @@ nlohmann::ordered_json tally_json(const ChaosTally& tally) {
   out["violations"] = tally.violations;
   out["outcomes"] = tally.outcomes;
   out["violation_examples"] = tally.violation_examples;
+  out["first_violation_s"] = tally.first_violation_s;
+  out["last_violation_s"] = tally.last_violation_s;
   return out;
 }
 
@@ -228,6 +238,27 @@ RssSummary summarize_rss(const std::vector<RssSample>& samples, double warmup_fr
   }
   out.growth_bytes = out.late_bytes - out.warm_bytes;
   return out;
+}
+
+std::optional<int64_t> parse_tcp_ext(const std::string& netstat, const std::string& name) {
+  // Two "TcpExt:" lines: the names, then the values in the same order.
+  std::istringstream lines(netstat);
+  std::vector<std::string> names;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("TcpExt:", 0) != 0) continue;
+    std::istringstream fields(line.substr(7));
+    std::vector<std::string> row;
+    for (std::string field; fields >> field;) row.push_back(field);
+    if (names.empty()) {
+      names = std::move(row);
+      continue;
+    }
+    for (size_t i = 0; i < names.size() && i < row.size(); ++i) {
+      if (names[i] == name) return std::stoll(row[i]);
+    }
+    return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 std::optional<int64_t> parse_vm_rss(const std::string& proc_status) {

@@ -108,6 +108,9 @@ struct ChaosTally {
   int64_t requests = 0;
   int64_t violations = 0;
   std::vector<std::string> violation_examples;  // "kind #index: outcome", the first 20
+  // When the clients that saw a violation were sent (s from the start; -1 when none): tells
+  // a burst from a steady failure.
+  double first_violation_s = -1, last_violation_s = -1;
 };
 ChaosTally tally(const std::vector<ChaosResult>& results);
 std::string format_tally(const ChaosTally& tally);
@@ -130,6 +133,9 @@ struct RssSummary {
 };
 // Windows of warmup_fraction of [first, last sample]; empty samples give zeros.
 RssSummary summarize_rss(const std::vector<RssSample>& samples, double warmup_fraction);
+
+// A TcpExt counter (e.g. "ListenOverflows") of a /proc/net/netstat text; nullopt if absent.
+std::optional<int64_t> parse_tcp_ext(const std::string& netstat, const std::string& name);
 
 // "VmRSS:  12345 kB" of a /proc/PID/status text, in bytes; nullopt if absent.
 std::optional<int64_t> parse_vm_rss(const std::string& proc_status);
