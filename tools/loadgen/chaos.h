@@ -20,8 +20,8 @@ namespace pagedserve::loadgen {
 enum class ChaosKind {
   kStreamed,             // well-behaved: a trace request over SSE, read to [DONE]
   kNonStreamed,          // well-behaved: a trace request, one JSON answer
-  kDisconnectMidBody,    // headers and half the body, then close
-  kDisconnectMidStream,  // a stream read for a few events, then close
+  kDisconnectMidBody,    // 10-90% of the raw request (inside headers or body), then close
+  kDisconnectMidStream,  // a stream read for 1-8 events, then close
   kSlowReader,           // a stream read a byte at a time through a tiny receive buffer
   kMalformedJson,        // a truncated JSON body: 400
   kOversizedBody,        // a body over --max-body-bytes: 413

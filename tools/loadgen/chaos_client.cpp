@@ -111,7 +111,8 @@ struct StreamPlan {
 };
 
 // Slow start: a byte per interval into `buffer` for slow_read_for_s, through a tiny SO_RCVBUF
-// so the server's writes block; the HTTP parser then reads on from `buffer`.
+// (a small TCP window: the rest waits in the server's buffers, or blocks its writes once they are
+// full); the HTTP parser then reads on from `buffer`.
 asio::awaitable<beast::error_code> read_slowly(const ChaosEnv& env, beast::tcp_stream& stream,
                                                beast::flat_buffer& buffer) {
   beast::error_code ec;

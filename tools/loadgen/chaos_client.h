@@ -23,7 +23,7 @@ struct ChaosClientOptions {
   int64_t misbehaving_max_tokens = 48;  // forced length of the streams that get cut or cancelled
   double slow_read_interval_s = 0.01;   // slow reader: one byte per interval ...
   double slow_read_for_s = 2.0;         // ... for this long, then it reads normally
-  int slow_receive_buffer_bytes = 2048;  // slow reader's SO_RCVBUF, so the server's writes block
+  int slow_receive_buffer_bytes = 2048;  // slow reader's SO_RCVBUF: a small TCP window
   bool progress = false;                 // a progress line on stderr
 };
 
