@@ -186,8 +186,8 @@ int run_bench_throughput(const std::vector<std::string>& args) {
 
 int run_bench(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help") {
-    std::cout
-        << "usage: pagedserve bench <throughput|serve|sweep|paper|calibrate|admission> [flags]\n";
+    std::cout << "usage: pagedserve bench <throughput|serve|sweep|paper|calibrate|admission|soak> "
+                 "[flags]\n";
     return args.empty() ? 2 : 0;
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
@@ -196,8 +196,9 @@ int run_bench(const std::vector<std::string>& args) {
   if (args[0] == "paper") return run_bench_paper(rest);
   if (args[0] == "calibrate") return run_bench_calibrate(rest);
   if (args[0] == "admission") return run_bench_admission(rest);
+  if (args[0] == "soak") return run_bench_soak(rest);
   throw UsageError("unknown bench '" + args[0] +
-                   "' (known: throughput, serve, sweep, paper, calibrate, admission)");
+                   "' (known: throughput, serve, sweep, paper, calibrate, admission, soak)");
 }
 
 }  // namespace pagedserve::tools

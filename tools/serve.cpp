@@ -27,6 +27,7 @@ const char* const kServeHelp =
     "  --max-body-bytes BYTES       larger request bodies get 413 (default 4M)\n"
     "  --io-threads N               network threads (default 1)\n"
     "  --drain-timeout SECONDS      on SIGINT/SIGTERM, how long streams may finish (default 10)\n"
+    "  --idle-timeout SECONDS       close connections silent this long (default 60)\n"
     "  --log-interval SECONDS       period of the engine log line, 0 = off (default 10)\n"
     "endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,\n"
     "  GET /version, POST /tokenize, POST /detokenize, GET /metrics, WebSocket GET /v1/stream\n";
@@ -47,6 +48,7 @@ net::HttpServerConfig server_config_from_flags(const CliFlags& flags) {
   config.max_body_bytes = static_cast<size_t>(flags.get_bytes("max-body-bytes", 4 << 20));
   config.num_io_threads = static_cast<int>(flags.get_int("io-threads", 1, 1, 64));
   config.drain_timeout = std::chrono::seconds(flags.get_int("drain-timeout", 10, 0, 3600));
+  config.idle_timeout = std::chrono::seconds(flags.get_int("idle-timeout", 60, 1, 86400));
   config.stats_log_interval = std::chrono::seconds(flags.get_int("log-interval", 10, 0, 86400));
   return config;
 }
@@ -57,7 +59,7 @@ int run_serve(const std::vector<std::string>& args) {
   std::set<std::string> value_flags = kEngineValueFlags;
   value_flags.insert({"host", "port", "served-model-name", "tool-call-parser", "api-key",
                       "max-queued-requests", "max-body-bytes", "io-threads", "drain-timeout",
-                      "log-interval"});
+                      "idle-timeout", "log-interval"});
   std::set<std::string> bool_flags = kEngineBoolFlags;
   bool_flags.insert("help");
   const CliFlags flags(args, value_flags, bool_flags);

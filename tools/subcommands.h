@@ -15,6 +15,7 @@ int run_bench_online(const std::string& name, const std::vector<std::string>& ar
 int run_bench_paper(const std::vector<std::string>& args);      // tools/bench_paper.cpp
 int run_bench_calibrate(const std::vector<std::string>& args);  // tools/bench_paper.cpp
 int run_bench_admission(const std::vector<std::string>& args);  // tools/bench_paper.cpp
+int run_bench_soak(const std::vector<std::string>& args);       // tools/bench_soak.cpp
 int run_make_model(const std::vector<std::string>& args);       // tools/make_model.cpp
 int run_tokenize(const std::vector<std::string>& args);         // tools/tokenize.cpp
 int run_quantize(const std::vector<std::string>& args);         // tools/quantize.cpp
