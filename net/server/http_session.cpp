@@ -71,6 +71,9 @@ struct PeerWatch {
 
 template <class Stream>
 struct Session {
+  Session(std::shared_ptr<ServerState> state_in, Stream stream_in)
+      : state(std::move(state_in)), stream(std::move(stream_in)) {}
+
   std::shared_ptr<ServerState> state;
   Stream stream;  // beast::tcp_stream or TlsStream
   beast::flat_buffer buffer;
@@ -327,11 +330,11 @@ asio::awaitable<bool> handle_request(Session<Stream>& s, Request& req) {
   const RouteInput input{req.method_string(),
                          req.target(),
                          req[http::field::authorization],
+                         req.body(),
+                         beast::websocket::is_upgrade(req),
                          req["X-Api-Key"],
                          req[http::field::origin],
-                         req[http::field::access_control_request_method],
-                         req.body(),
-                         beast::websocket::is_upgrade(req)};
+                         req[http::field::access_control_request_method]};
   const AccessPolicy& access = s.state->access();
   s.cors_origin = cors_allowed_origin(access.allowed_origins, input.origin).value_or("");
   Route route = route_request(input, s.state->served(), access);
@@ -451,9 +454,11 @@ asio::awaitable<void> serve_connection(Session<Stream>& s) {
     beast::error_code ignored;
     if constexpr (std::is_same_v<Stream, TlsStream>) {
       // close_notify, so the client knows the response was not truncated; bounded, as a
-      // client that went away never answers it.
-      s.tcp().expires_after(std::chrono::seconds(2));
-      co_await s.stream.async_shutdown(kTuple);
+      // client that went away never answers it. Not after a failed handshake.
+      if (ready) {
+        s.tcp().expires_after(std::chrono::seconds(2));
+        co_await s.stream.async_shutdown(kTuple);
+      }
     }
     s.tcp().socket().shutdown(tcp::socket::shutdown_send, ignored);
     s.tcp().close();
@@ -469,10 +474,10 @@ asio::awaitable<void> run_http_session(std::shared_ptr<ServerState> state, tcp::
   socket.set_option(tcp::no_delay(true), ignored);  // SSE chunks leave at once
   socket.non_blocking(true, ignored);               // the peer watch's peek must not block
   if (tls) {
-    Session<TlsStream> s{state, TlsStream(std::move(socket), *tls)};
+    Session<TlsStream> s(state, TlsStream(std::move(socket), *tls));
     co_await serve_connection(s);
   } else {
-    Session<beast::tcp_stream> s{state, beast::tcp_stream(std::move(socket))};
+    Session<beast::tcp_stream> s(state, beast::tcp_stream(std::move(socket)));
     co_await serve_connection(s);
   }
 }

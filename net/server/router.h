@@ -31,14 +31,14 @@ struct AccessPolicy {
 };
 
 struct RouteInput {
-  std::string_view method;            // as on the wire: "GET", "POST", ...
-  std::string_view target;            // path plus an optional query string
-  std::string_view authorization;     // the Authorization header ("" when absent)
+  std::string_view method;         // as on the wire: "GET", "POST", ...
+  std::string_view target;         // path plus an optional query string
+  std::string_view authorization;  // the Authorization header ("" when absent)
+  std::string_view body;
+  bool websocket_upgrade = false;     // the request asks to upgrade to a WebSocket
   std::string_view x_api_key;         // the X-Api-Key header ("" when absent)
   std::string_view origin;            // the Origin header ("" when absent)
   std::string_view preflight_method;  // Access-Control-Request-Method ("" when absent)
-  std::string_view body;
-  bool websocket_upgrade = false;  // the request asks to upgrade to a WebSocket
 };
 
 struct RouteGenerate {  // POST /v1/completions or /v1/chat/completions, parsed and valid

@@ -23,11 +23,13 @@ void require_readable(const std::string& flag, const std::string& path) {
   }
 }
 
-// The first error OpenSSL queued (its reason text), cleared from the queue.
+// Why OpenSSL refused: Asio's error (it took the first queued reason, e.g. "no start line"),
+// else the first reason still queued. The queue is cleared.
 std::string openssl_reason(const boost::system::error_code& ec) {
   const unsigned long code = ERR_get_error();
   ERR_clear_error();
-  if (code == 0) return ec.message();
+  if (ec) return ec.message();
+  if (code == 0) return "unknown OpenSSL error";
   char text[256];
   ERR_error_string_n(code, text, sizeof text);
   return text;

@@ -52,6 +52,16 @@ TEST(LimitsTest, MaxPromptTokensIsExactAndNamed) {
   const HttpResult chat_refused = http_request(port, "POST", "/v1/chat/completions", chat.dump());
   EXPECT_EQ(chat_refused.status, 400) << chat_refused.body;
   EXPECT_EQ(parse(chat_refused)["error"]["param"], "messages") << chat_refused.body;
+
+  // The WebSocket start frame goes through the same parser: an error frame, same code.
+  WsClient client(port);
+  client.send(json{{"type", "completion"}, {"id", "long"}, {"prompt", token_prompt(9)}}.dump());
+  const std::optional<std::string> frame = client.read();
+  ASSERT_TRUE(frame.has_value());
+  const json ws_error = json::parse(*frame);
+  EXPECT_EQ(ws_error["type"], "error") << *frame;
+  EXPECT_EQ(ws_error["id"], "long") << *frame;
+  EXPECT_EQ(ws_error["error"]["code"], "prompt_too_long") << *frame;
   EXPECT_TRUE(server.wait_until_idle());
 }
 
