@@ -1,7 +1,7 @@
 // HttpServer: the network actor. Serves the OpenAI-compatible HTTP API (completions and chat,
 // JSON or server-sent events), the small endpoints, Prometheus /metrics and the WebSocket
-// stream (GET /v1/stream) for one in-process actors::Engine. No Boost in this header (pimpl):
-// Beast and Asio live only in net/server/*.cpp.
+// stream (GET /v1/stream) for one in-process actors::Engine, over plain TCP or TLS. No Boost
+// or OpenSSL in this header (pimpl): Beast, Asio and OpenSSL live only in net/server/*.cpp.
 //
 // Threads: start() runs `num_io_threads` threads on one io_context; every connection runs on
 // its own strand, and the engine's token callbacks (on the tokenizer thread) only post to that
@@ -85,8 +85,9 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
   ~HttpServer();  // stop()
 
-  // Binds, listens and starts the io threads; returns the bound port. Throws
-  // std::runtime_error when the address cannot be bound.
+  // Loads the TLS files (if any), binds, listens and starts the io threads; returns the bound
+  // port. Throws std::runtime_error when a TLS file is missing or bad (before binding) or the
+  // address cannot be bound.
   uint16_t start();
   // Blocks until SIGINT or SIGTERM (or stop() from another thread), then stops.
   void run_until_signal();
