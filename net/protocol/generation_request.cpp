@@ -10,8 +10,6 @@ namespace pagedserve::net {
 
 namespace {
 
-constexpr int kMaxSequences = 128;  // n and best_of, as SamplingParams::validate_sequences
-
 // SamplingParams::validate's messages start with the field they are about.
 std::string param_of_message(const std::string& message) {
   if (message.starts_with("best_of (or n)")) return "n";
@@ -33,6 +31,34 @@ std::optional<float> read_float(FieldReader& fields, std::string_view key) {
     return std::nullopt;
   }
   return static_cast<float>(*value);
+}
+
+// n or best_of: an integer >= 1, at most the server's limit (the message names the flag, so
+// a client can tell the server's cap from the API's).
+std::optional<int> read_sequence_count(FieldReader& fields, std::string_view key, int limit,
+                                       std::string_view flag) {
+  std::optional<int64_t> value = fields.integer(key, 1, INT_MAX);
+  if (!value) return std::nullopt;
+  if (*value > limit) {
+    fields.fail(invalid_request(std::string(key) + " must be at most " + std::to_string(limit) +
+                                    " on this server (" + std::string(flag) + "), got " +
+                                    std::to_string(*value),
+                                std::string(key)));
+    return std::nullopt;
+  }
+  return static_cast<int>(*value);
+}
+
+// 400 when the longest prompt is over --max-prompt-tokens (0: no limit but the context's).
+bool check_prompt_limit(FieldReader& fields, const ServedModel& served, int64_t prompt_len,
+                        const std::string& param) {
+  const int limit = served.limits.max_prompt_tokens;
+  if (limit <= 0 || prompt_len <= limit) return true;
+  fields.fail(invalid_request("The " + param + " has " + std::to_string(prompt_len) +
+                                  " tokens, more than this server's limit of " +
+                                  std::to_string(limit) + " prompt tokens (--max-prompt-tokens).",
+                              param, "prompt_too_long"));
+  return false;
 }
 
 void read_penalties(FieldReader& fields, model::SamplingParams& sampling, GenerationRequest& out) {
@@ -100,8 +126,10 @@ void read_shared_fields(FieldReader& fields, const ServedModel& served,
   if (auto v = read_float(fields, "top_p")) sampling.top_p = *v;
   if (auto v = fields.integer("top_k", -1, INT_MAX)) sampling.top_k = static_cast<int>(*v);
   if (auto v = read_float(fields, "min_p")) sampling.min_p = *v;
-  if (auto v = fields.integer("n", 1, kMaxSequences)) sampling.n = static_cast<int>(*v);
-  if (auto v = fields.integer("best_of", 1, kMaxSequences)) sampling.best_of = static_cast<int>(*v);
+  if (auto v = read_sequence_count(fields, "n", served.limits.max_n, "--max-n")) sampling.n = *v;
+  if (auto v = read_sequence_count(fields, "best_of", served.limits.max_best_of, "--max-best-of")) {
+    sampling.best_of = *v;
+  }
   if (auto v = fields.boolean("use_beam_search")) sampling.use_beam_search = *v;
   if (auto v = read_float(fields, "length_penalty")) sampling.length_penalty = *v;
   if (auto v = fields.integer("min_tokens", 0, INT_MAX)) sampling.min_tokens = static_cast<int>(*v);
@@ -134,6 +162,7 @@ void finish_generation_request(FieldReader& fields, const ServedModel& served,
     longest = std::max(longest, prompt.prompt_token_ids.size());
   }
   const int64_t prompt_len = static_cast<int64_t>(longest);
+  if (!check_prompt_limit(fields, served, prompt_len, messages_param)) return;
   const int64_t limit = served.max_model_len;
   const int64_t completion = max_tokens    ? *max_tokens
                              : default_max ? *default_max

@@ -13,6 +13,7 @@
 #include "model/chat_template/chat_template.h"
 #include "model/tokenizer/tokenizer.h"
 #include "net/protocol/grammar_cache.h"
+#include "net/protocol/request_limits.h"
 #include "net/protocol/tool_calls.h"
 
 namespace pagedserve::net {
@@ -21,6 +22,7 @@ struct ServedModel {
   std::string name;                                  // the `model` clients send and get back
   int max_model_len = 0;                             // prompt + completion tokens, at most
   int vocab_size = 0;                                // token ids must be in [0, vocab_size)
+  RequestLimits limits;                              // the operator's caps (serve flags)
   const model::Tokenizer* tokenizer = nullptr;       // not owned; outlives the server
   std::optional<model::ChatTemplate> chat_template;  // nullopt: model::kDefaultChatTemplate
   std::string bos_token;                             // passed to the chat template

@@ -24,6 +24,7 @@
 
 #include "net/server/http_session.h"
 #include "net/server/server_state.h"
+#include "net/server/tls_context.h"
 
 namespace pagedserve::net {
 namespace {
@@ -46,7 +47,8 @@ auto log_failure(std::shared_ptr<ServerState> state, const char* what) {
   };
 }
 
-asio::awaitable<void> accept_loop(std::shared_ptr<ServerState> state, tcp::acceptor& acceptor) {
+asio::awaitable<void> accept_loop(std::shared_ptr<ServerState> state, tcp::acceptor& acceptor,
+                                  asio::ssl::context* tls) {
   auto executor = co_await asio::this_coro::executor;
   asio::steady_timer backoff(executor);
   while (acceptor.is_open()) {
@@ -60,7 +62,7 @@ asio::awaitable<void> accept_loop(std::shared_ptr<ServerState> state, tcp::accep
       continue;
     }
     auto strand = socket.get_executor();
-    asio::co_spawn(strand, run_http_session(state, std::move(socket)),
+    asio::co_spawn(strand, run_http_session(state, std::move(socket), tls),
                    log_failure(state, "http session"));
   }
 }
@@ -165,7 +167,8 @@ struct HttpServer::Impl {
   void stop();
 
   std::shared_ptr<ServerState> state;
-  // Declared after `state`: destroyed first, with every coroutine frame it still holds.
+  std::unique_ptr<asio::ssl::context> tls;  // null: plain HTTP; outlives every session
+  // Declared after `state` and `tls`: destroyed first, with every coroutine frame it holds.
   std::optional<asio::io_context> ioc;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::optional<tcp::acceptor> acceptor;
@@ -185,6 +188,7 @@ uint16_t HttpServer::start() {
   Impl& s = *impl_;
   const HttpServerConfig& config = s.state->config();
   const int num_threads = std::max(config.num_io_threads, 1);
+  s.tls = make_tls_context(config.tls_cert_file, config.tls_key_file);  // throws before serving
   s.ioc.emplace(num_threads);
   s.work.emplace(s.ioc->get_executor());
   const tcp::endpoint endpoint = resolve_endpoint(*s.ioc, config.host, config.port);
@@ -198,7 +202,7 @@ uint16_t HttpServer::start() {
     throw std::runtime_error("cannot listen on " + config.host + ":" + std::to_string(config.port) +
                              ": " + ec.message());
   }
-  asio::co_spawn(s.acceptor->get_executor(), accept_loop(s.state, *s.acceptor),
+  asio::co_spawn(s.acceptor->get_executor(), accept_loop(s.state, *s.acceptor, s.tls.get()),
                  log_failure(s.state, "listener"));
   if (config.stats_log_interval.count() > 0) {
     asio::co_spawn(asio::make_strand(*s.ioc), log_engine_stats(s.state),

@@ -1,7 +1,7 @@
 // HttpServer: the network actor. Serves the OpenAI-compatible HTTP API (completions and chat,
 // JSON or server-sent events), the small endpoints, Prometheus /metrics and the WebSocket
-// stream (GET /v1/stream) for one in-process actors::Engine. No Boost in this header (pimpl):
-// Beast and Asio live only in net/server/*.cpp.
+// stream (GET /v1/stream) for one in-process actors::Engine, over plain TCP or TLS. No Boost
+// or OpenSSL in this header (pimpl): Beast, Asio and OpenSSL live only in net/server/*.cpp.
 //
 // Threads: start() runs `num_io_threads` threads on one io_context; every connection runs on
 // its own strand, and the engine's token callbacks (on the tokenizer thread) only post to that
@@ -20,8 +20,10 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "actors/engine.h"
+#include "net/protocol/request_limits.h"
 
 namespace pagedserve::net {
 
@@ -29,14 +31,31 @@ struct HttpServerConfig {
   std::string host = "127.0.0.1";  // loopback unless told otherwise
   uint16_t port = 8000;            // 0: an ephemeral port (start() returns it)
   std::string served_model_name;   // `model` clients send; empty: the model folder's name
-  std::string api_key;             // empty: no authentication
+  // Accepted API keys (--api-key, repeatable, and --api-key-file); empty: no authentication.
+  // A request carries one as "Authorization: Bearer KEY" or "X-Api-Key: KEY".
+  std::vector<std::string> api_keys;
+  // Browser origins allowed to call the API (--allowed-origins): an exact origin such as
+  // "https://app.example.com", or "*" for any. Empty: CORS off (no Access-Control-* headers).
+  std::vector<std::string> allowed_origins;
+  // TLS (--ssl-certfile, --ssl-keyfile): PEM files; both empty: plain HTTP. start() throws
+  // std::runtime_error for an unreadable file or a key that does not match the certificate.
+  std::string tls_cert_file;
+  std::string tls_key_file;
   // How tool calls are written and parsed: "hermes", "llama3_json", "mistral" (vLLM's
   // --tool-call-parser names); empty: what the chat template shows, else hermes.
   std::string tool_call_parser;
   // Requests in flight beyond what the engine runs at once (max_num_seqs) count as waiting;
   // a request that would make more than this many wait gets 429 (Retry-After: 1) at once.
   int max_queued_requests = 256;
-  size_t max_body_bytes = size_t{4} << 20;         // larger bodies get 413
+  RequestLimits request_limits;             // n, best_of, prompt tokens: 400 beyond
+  size_t max_body_bytes = size_t{4} << 20;  // larger bodies get 413
+  size_t max_header_bytes = 8192;           // request line + headers; larger get 431
+  // Keep-alive: the N-th request on one connection is answered with "Connection: close" and
+  // the connection closes; 0: unlimited.
+  int max_requests_per_connection = 0;
+  // Generation requests running at once on one WebSocket; a start frame beyond gets an error
+  // frame (code "too_many_streams") and the connection stays open. 0: unlimited.
+  int ws_max_streams = 0;
   std::chrono::seconds idle_timeout{60};           // keep-alive, headers, body, WS silence
   std::chrono::seconds write_timeout{30};          // one response write (SSE chunk included)
   std::chrono::milliseconds drain_timeout{10000};  // shutdown: wait for streams in flight
@@ -66,8 +85,9 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
   ~HttpServer();  // stop()
 
-  // Binds, listens and starts the io threads; returns the bound port. Throws
-  // std::runtime_error when the address cannot be bound.
+  // Loads the TLS files (if any), binds, listens and starts the io threads; returns the bound
+  // port. Throws std::runtime_error when a TLS file is missing or bad (before binding) or the
+  // address cannot be bound.
   uint16_t start();
   // Blocks until SIGINT or SIGTERM (or stop() from another thread), then stops.
   void run_until_signal();

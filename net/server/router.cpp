@@ -12,13 +12,36 @@ namespace {
 
 std::string_view path_of(std::string_view target) { return target.substr(0, target.find('?')); }
 
-// Compares without an early exit, so the time taken does not reveal the key's prefix.
-bool same_secret(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+// Compares without an early exit, so the time taken does not reveal how much of the key a
+// guess got right. The loop runs over the guess's length (the client's own), so the time can
+// tell at most whether the guess is longer than the key.
+bool same_secret(std::string_view guess, std::string_view key) {
+  unsigned char diff = guess.size() == key.size() ? 0 : 1;
+  for (size_t i = 0; i < guess.size(); ++i) {
+    diff |= static_cast<unsigned char>(guess[i] ^ (i < key.size() ? key[i] : 0));
   }
   return diff == 0;
+}
+
+// Compares the guess with every key, without stopping at a match: the time depends on the
+// number of keys and the lengths, never on which key matched or on the keys' contents.
+bool matches_any_key(std::string_view guess, const std::vector<std::string>& api_keys) {
+  unsigned char matched = 0;
+  for (const std::string& key : api_keys) matched |= same_secret(guess, key) ? 1 : 0;
+  return matched != 0;
+}
+
+// The token of "Bearer <token>" (the scheme is case-insensitive, RFC 7235), or nullopt.
+std::optional<std::string_view> bearer_token(std::string_view authorization) {
+  constexpr std::string_view kBearer = "Bearer ";
+  if (authorization.size() < kBearer.size()) return std::nullopt;
+  for (size_t i = 0; i < kBearer.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) !=
+        std::tolower(static_cast<unsigned char>(kBearer[i]))) {
+      return std::nullopt;
+    }
+  }
+  return authorization.substr(kBearer.size());
 }
 
 Route route_generation(const RouteInput& input, std::string_view path, const ServedModel& served) {
@@ -33,24 +56,30 @@ Route route_generation(const RouteInput& input, std::string_view path, const Ser
 }  // namespace
 
 bool is_authorized(std::string_view path, std::string_view authorization,
-                   std::string_view api_key) {
-  if (api_key.empty() || path == "/health" || path == "/metrics") return true;
-  constexpr std::string_view kBearer = "Bearer ";
-  if (authorization.size() < kBearer.size()) return false;
-  // The scheme is case-insensitive (RFC 7235); the key is not.
-  for (size_t i = 0; i < kBearer.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(authorization[i])) !=
-        std::tolower(static_cast<unsigned char>(kBearer[i]))) {
-      return false;
-    }
+                   std::string_view x_api_key, const std::vector<std::string>& api_keys) {
+  if (api_keys.empty() || path == "/health" || path == "/metrics") return true;
+  const std::optional<std::string_view> bearer = bearer_token(authorization);
+  // Both headers are checked when present (no shortcut between them either).
+  const bool by_bearer = bearer && matches_any_key(*bearer, api_keys);
+  const bool by_header = !x_api_key.empty() && matches_any_key(x_api_key, api_keys);
+  return by_bearer || by_header;
+}
+
+std::optional<std::string> cors_allowed_origin(const std::vector<std::string>& allowed_origins,
+                                               std::string_view origin) {
+  if (origin.empty()) return std::nullopt;
+  for (const std::string& allowed : allowed_origins) {
+    if (allowed == "*" || allowed == origin) return std::string(origin);
   }
-  return same_secret(authorization.substr(kBearer.size()), api_key);
+  return std::nullopt;
 }
 
 ApiError unauthorized_error() {
   ApiError error;
   error.status = 401;
-  error.message = "Invalid or missing API key: send the header 'Authorization: Bearer <key>'.";
+  error.message =
+      "Invalid or missing API key: send the header 'Authorization: Bearer <key>' (or "
+      "'X-Api-Key: <key>').";
   error.code = "invalid_api_key";
   return error;
 }
@@ -67,9 +96,24 @@ ApiError bad_http_error(std::string_view what) {
   return invalid_request("Malformed HTTP request: " + std::string(what));
 }
 
-Route route_request(const RouteInput& input, const ServedModel& served, std::string_view api_key) {
+ApiError header_too_large_error(size_t limit) {
+  ApiError error = invalid_request("The request line and headers exceed the limit of " +
+                                   std::to_string(limit) + " bytes (--max-header-bytes).");
+  error.status = 431;
+  error.code = "header_too_large";
+  return error;
+}
+
+Route route_request(const RouteInput& input, const ServedModel& served,
+                    const AccessPolicy& access) {
   const std::string_view path = path_of(input.target);
-  if (!is_authorized(path, input.authorization, api_key)) {
+  // A preflight carries no credentials (browsers never send them on OPTIONS), so it is
+  // answered before authentication, as vLLM's CORS middleware does; only allowed origins.
+  if (input.method == "OPTIONS" && !input.preflight_method.empty() &&
+      cors_allowed_origin(access.allowed_origins, input.origin)) {
+    return RoutePreflight{};
+  }
+  if (!is_authorized(path, input.authorization, input.x_api_key, access.api_keys)) {
     return error_response(unauthorized_error());
   }
   if (path == "/v1/completions" || path == "/v1/chat/completions") {

@@ -23,6 +23,7 @@ ServedModel served_model_for(const actors::Engine& engine, const HttpServerConfi
                                                       : config.served_model_name;
   ServedModel served = make_served_model(std::move(name), resolved.model_dir, engine.tokenizer(),
                                          resolved.max_model_len, engine.eos_token_ids());
+  served.limits = config.request_limits;
   if (!config.tool_call_parser.empty()) {
     const std::optional<ToolCallFormat> format = parse_tool_call_format(config.tool_call_parser);
     if (!format) {
@@ -48,7 +49,10 @@ ApiError overloaded_error(int num_waiting, int max_queued) {
 }
 
 ServerState::ServerState(actors::Engine& engine, HttpServerConfig config)
-    : engine_(engine), config_(std::move(config)), served_(served_model_for(engine, config_)) {}
+    : engine_(engine),
+      config_(std::move(config)),
+      served_(served_model_for(engine, config_)),
+      access_{config_.api_keys, config_.allowed_origins} {}
 
 // Waiting = requests in flight beyond the max_num_seqs the engine can run at once. (The
 // scheduler's own num_waiting_seqs lags and counts requests just added that are about to run,

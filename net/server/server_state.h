@@ -28,6 +28,7 @@
 #include "net/protocol/metrics.h"
 #include "net/protocol/served_model.h"
 #include "net/server/http_server.h"
+#include "net/server/router.h"
 
 namespace pagedserve::net {
 
@@ -66,6 +67,7 @@ class ServerState {
   actors::Engine& engine() const { return engine_; }
   const HttpServerConfig& config() const { return config_; }
   const ServedModel& served() const { return served_; }
+  const AccessPolicy& access() const { return access_; }
   Metrics& metrics() { return *metrics_; }
   const std::shared_ptr<PostGate>& gate() const { return gate_; }
 
@@ -106,6 +108,7 @@ class ServerState {
   actors::Engine& engine_;
   const HttpServerConfig config_;
   const ServedModel served_;
+  const AccessPolicy access_;
   // Shared with engine callbacks, which may outlive the server (see PostGate).
   const std::shared_ptr<Metrics> metrics_ = std::make_shared<Metrics>();
   const std::shared_ptr<PostGate> gate_ = std::make_shared<PostGate>();

@@ -17,7 +17,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -33,6 +35,17 @@ namespace http = beast::http;
 namespace websocket = beast::websocket;
 using Clock = std::chrono::steady_clock;
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+
+// A start frame while --max-ws-streams requests run on this socket: refused, socket kept
+// (429-like: the client may retry once one of its streams ended).
+ApiError ws_too_many_streams_error(int max_streams) {
+  ApiError error = invalid_request(
+      "this connection already runs " + std::to_string(max_streams) +
+          " requests, the server's limit per WebSocket (--max-ws-streams); wait for one to end",
+      "id", "too_many_streams");
+  error.status = 429;
+  return error;
+}
 
 // A timer used as a strand-local condition: wait() returns after notify() (or at once if a
 // notify() came since the last wait()).
@@ -57,9 +70,11 @@ class Signal {
 };
 
 // One connection's state; strand only (except the engine callbacks, which only post).
-class WsConnection : public std::enable_shared_from_this<WsConnection> {
+// Stream: beast::tcp_stream, or an ssl_stream over it (wss://).
+template <class Stream>
+class WsConnection : public std::enable_shared_from_this<WsConnection<Stream>> {
  public:
-  WsConnection(std::shared_ptr<ServerState> state, beast::tcp_stream stream, std::string peer)
+  WsConnection(std::shared_ptr<ServerState> state, Stream stream, std::string peer)
       : state_(std::move(state)),
         ws_(std::move(stream)),
         strand_(ws_.get_executor()),
@@ -68,7 +83,7 @@ class WsConnection : public std::enable_shared_from_this<WsConnection> {
         space_freed_(strand_),
         writer_done_(strand_) {}
 
-  websocket::stream<beast::tcp_stream>& ws() { return ws_; }
+  websocket::stream<Stream>& ws() { return ws_; }
   asio::any_io_executor strand() const { return strand_; }
   const std::shared_ptr<ServerState>& state() const { return state_; }
 
@@ -85,6 +100,8 @@ class WsConnection : public std::enable_shared_from_this<WsConnection> {
     while (!writer_finished_) co_await writer_done_.wait();
   }
   static asio::awaitable<void> run_writer(std::shared_ptr<WsConnection> self);
+
+  using std::enable_shared_from_this<WsConnection<Stream>>::weak_from_this;
 
  private:
   struct Live {
@@ -108,7 +125,7 @@ class WsConnection : public std::enable_shared_from_this<WsConnection> {
   actors::TokenCallback callback(uint64_t key, size_t prompt_index);
 
   std::shared_ptr<ServerState> state_;
-  websocket::stream<beast::tcp_stream> ws_;
+  websocket::stream<Stream> ws_;
   asio::any_io_executor strand_;
   std::string peer_;
   std::map<uint64_t, Live> live_;         // by key: ids may be reused, keys never
@@ -124,7 +141,8 @@ class WsConnection : public std::enable_shared_from_this<WsConnection> {
   bool writer_finished_ = false;
 };
 
-actors::TokenCallback WsConnection::callback(uint64_t key, size_t prompt_index) {
+template <class Stream>
+actors::TokenCallback WsConnection<Stream>::callback(uint64_t key, size_t prompt_index) {
   return [gate = state_->gate(), self = weak_from_this(), key,
           prompt_index](actors::TokenEvent event) {
     gate->post(self, [key, prompt_index, event = std::move(event)](WsConnection& conn) mutable {
@@ -133,13 +151,15 @@ actors::TokenCallback WsConnection::callback(uint64_t key, size_t prompt_index) 
   };
 }
 
-void WsConnection::send(uint64_t key, std::string frame) {
+template <class Stream>
+void WsConnection<Stream>::send(uint64_t key, std::string frame) {
   if (ended_ || frame.empty()) return;
   outbox_.push_back(Outgoing{key, std::move(frame)});
   outbox_changed_.notify();
 }
 
-void WsConnection::on_client_frame(std::string_view text) {
+template <class Stream>
+void WsConnection<Stream>::on_client_frame(std::string_view text) {
   WsClientFrame frame = parse_ws_client_frame(text, state_->served());
   if (auto* start_frame = std::get_if<WsStart>(&frame)) return start(std::move(*start_frame));
   if (auto* cancel_frame = std::get_if<WsCancel>(&frame)) return cancel(cancel_frame->id);
@@ -147,10 +167,15 @@ void WsConnection::on_client_frame(std::string_view text) {
   send(0, ws_error_frame(invalid.id, invalid.error));
 }
 
-void WsConnection::start(WsStart start) {
+template <class Stream>
+void WsConnection<Stream>::start(WsStart start) {
   if (keys_.count(start.id))
     return send(0, ws_error_frame(start.id, ws_duplicate_id_error(start.id)));
   if (draining_) return send(0, ws_error_frame(start.id, ws_shutdown_error()));
+  const int max_streams = state_->config().ws_max_streams;
+  if (max_streams > 0 && live_.size() >= static_cast<size_t>(max_streams)) {
+    return send(0, ws_error_frame(start.id, ws_too_many_streams_error(max_streams)));
+  }
   GenerationRequest& request = start.request;
   std::optional<ApiError> refused = state_->check(request);
   if (!refused) refused = state_->admit(request.prompts.size());
@@ -169,7 +194,8 @@ void WsConnection::start(WsStart start) {
   live.streams = state_->submit(request, [&](size_t i) { return callback(key, i); });
 }
 
-void WsConnection::cancel(const std::string& id) {
+template <class Stream>
+void WsConnection<Stream>::cancel(const std::string& id) {
   auto it = keys_.find(id);
   if (it == keys_.end()) return;  // unknown or already over: a no-op, as documented
   const uint64_t key = it->second;
@@ -177,7 +203,8 @@ void WsConnection::cancel(const std::string& id) {
   finish(key, "cancelled");
 }
 
-void WsConnection::on_event(uint64_t key, size_t prompt_index, actors::TokenEvent event) {
+template <class Stream>
+void WsConnection<Stream>::on_event(uint64_t key, size_t prompt_index, actors::TokenEvent event) {
   auto it = live_.find(key);
   if (it == live_.end()) return;  // cancelled, failed or the connection ended
   Live& live = it->second;
@@ -191,7 +218,8 @@ void WsConnection::on_event(uint64_t key, size_t prompt_index, actors::TokenEven
   if (over) finish(key, live.frames.failed() ? "error" : "done");
 }
 
-void WsConnection::fail_slow_reader(uint64_t key) {
+template <class Stream>
+void WsConnection<Stream>::fail_slow_reader(uint64_t key) {
   std::erase_if(outbox_, [key](const Outgoing& out) { return out.key == key; });
   space_freed_.notify();
   send(key, live_.at(key).frames.fail(ws_slow_reader_error()));
@@ -200,7 +228,8 @@ void WsConnection::fail_slow_reader(uint64_t key) {
 
 // The request is over (its last frame queued): drop its engine streams (aborting any still
 // running) and its id.
-void WsConnection::finish(uint64_t key, std::string_view how) {
+template <class Stream>
+void WsConnection<Stream>::finish(uint64_t key, std::string_view how) {
   auto it = live_.find(key);
   if (it == live_.end()) return;
   const double ms =
@@ -215,18 +244,21 @@ void WsConnection::finish(uint64_t key, std::string_view how) {
   }
 }
 
-asio::awaitable<void> WsConnection::wait_for_room() {
+template <class Stream>
+asio::awaitable<void> WsConnection<Stream>::wait_for_room() {
   while (!ended_ && outbox_.size() >= state_->config().ws_max_queued_frames) {
     co_await space_freed_.wait();
   }
 }
 
-void WsConnection::close_socket() {
+template <class Stream>
+void WsConnection<Stream>::close_socket() {
   beast::error_code ignored;
   beast::get_lowest_layer(ws_).socket().close(ignored);
 }
 
-void WsConnection::on_stop(bool hard) {
+template <class Stream>
+void WsConnection<Stream>::on_stop(bool hard) {
   if (ended_) return;
   draining_ = true;
   if (hard) {
@@ -241,7 +273,8 @@ void WsConnection::on_stop(bool hard) {
   }
 }
 
-void WsConnection::end() {
+template <class Stream>
+void WsConnection<Stream>::end() {
   ended_ = true;
   live_.clear();  // drops the streams: the engine aborts what is still running
   keys_.clear();
@@ -252,7 +285,8 @@ void WsConnection::end() {
 }
 
 // Sends the queue in order, one frame at a time; then, if closing, the close frame.
-asio::awaitable<void> WsConnection::run_writer(std::shared_ptr<WsConnection> self) {
+template <class Stream>
+asio::awaitable<void> WsConnection<Stream>::run_writer(std::shared_ptr<WsConnection> self) {
   while (!self->ended_) {
     if (self->outbox_.empty()) {
       if (self->closing_) {
@@ -276,7 +310,8 @@ asio::awaitable<void> WsConnection::run_writer(std::shared_ptr<WsConnection> sel
 }
 
 // Reads client frames until the socket closes, pausing while the send queue is full.
-asio::awaitable<void> read_frames(std::shared_ptr<WsConnection> conn) {
+template <class Stream>
+asio::awaitable<void> read_frames(std::shared_ptr<WsConnection<Stream>> conn) {
   beast::flat_buffer buffer;
   while (true) {
     co_await conn->wait_for_room();
@@ -293,12 +328,12 @@ asio::awaitable<void> read_frames(std::shared_ptr<WsConnection> conn) {
 
 }  // namespace
 
-asio::awaitable<void> run_websocket_session(std::shared_ptr<ServerState> state,
-                                            beast::tcp_stream stream,
+template <class Stream>
+asio::awaitable<void> run_websocket_session(std::shared_ptr<ServerState> state, Stream stream,
                                             http::request<http::string_body> upgrade,
                                             std::string peer) {
   beast::get_lowest_layer(stream).expires_never();  // the WebSocket's own timeouts take over
-  auto conn = std::make_shared<WsConnection>(state, std::move(stream), std::move(peer));
+  auto conn = std::make_shared<WsConnection<Stream>>(state, std::move(stream), std::move(peer));
   websocket::stream_base::timeout timeout =
       websocket::stream_base::timeout::suggested(beast::role_type::server);
   timeout.idle_timeout = state->config().idle_timeout;
@@ -311,11 +346,18 @@ asio::awaitable<void> run_websocket_session(std::shared_ptr<ServerState> state,
       state->add_connection(conn->strand(), [weak = std::weak_ptr(conn)](bool hard) {
         if (auto alive = weak.lock()) alive->on_stop(hard);
       });
-  asio::co_spawn(conn->strand(), WsConnection::run_writer(conn), asio::detached);
+  asio::co_spawn(conn->strand(), WsConnection<Stream>::run_writer(conn), asio::detached);
   co_await read_frames(conn);
   conn->end();
   co_await conn->wait_for_writer();
   state->remove_connection(id);
 }
+
+template asio::awaitable<void> run_websocket_session(std::shared_ptr<ServerState>,
+                                                     beast::tcp_stream,
+                                                     http::request<http::string_body>, std::string);
+template asio::awaitable<void> run_websocket_session(std::shared_ptr<ServerState>,
+                                                     beast::ssl_stream<beast::tcp_stream>,
+                                                     http::request<http::string_body>, std::string);
 
 }  // namespace pagedserve::net

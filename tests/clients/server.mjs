@@ -21,14 +21,14 @@ export async function startServer(extraArgs = []) {
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   let log = '';
-  const port = await new Promise((resolve, reject) => {
+  const { scheme, port } = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 60000);
     child.stderr.on('data', (chunk) => {
       log += chunk.toString();
-      const match = log.match(/on http:\/\/[^:]+:(\d+)/);
+      const match = log.match(/on (https?):\/\/[^:]+:(\d+)/);
       if (match) {
         clearTimeout(timer);
-        resolve(Number(match[1]));
+        resolve({ scheme: match[1], port: Number(match[2]) });
       }
     });
     child.on('exit', (code) => {
@@ -37,7 +37,8 @@ export async function startServer(extraArgs = []) {
     });
   });
   return {
-    baseURL: `http://127.0.0.1:${port}/v1`,
+    baseURL: `${scheme}://127.0.0.1:${port}/v1`,
+    port,
     log: () => log,
     async stop() {
       if (child.exitCode !== null) return;

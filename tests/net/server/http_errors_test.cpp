@@ -93,7 +93,7 @@ TEST(HttpErrorsTest, UnparsableHttpGets400AndClose) {
 
 TEST(HttpErrorsTest, ApiKeyGuardsEverythingButHealthAndMetrics) {
   HttpServerConfig config;
-  config.api_key = "sekret";
+  config.api_keys = {"sekret"};
   TestServer server(config);
   const uint16_t port = server.port();
   const std::string body = R"({"prompt": "Once", "max_tokens": 2})";
