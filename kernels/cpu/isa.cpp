@@ -4,6 +4,10 @@
 #include <cstdlib>
 #include <string>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 namespace pagedserve::kernels {
 
 const char* isa_name(Isa isa) {
@@ -18,16 +22,25 @@ const char* isa_name(Isa isa) {
   return "portable";
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+namespace {
+// CPUID leaf 1, ECX bit 29: clang (14) has no "f16c" name for __builtin_cpu_supports.
+bool cpu_supports_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+}  // namespace
+#endif
+
 bool isa_supported(Isa isa) {
 #if defined(__x86_64__) && defined(__GNUC__)
   switch (isa) {
     case Isa::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+             cpu_supports_f16c();
     case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_supports_f16c();
     case Isa::kPortable:
       return true;
   }

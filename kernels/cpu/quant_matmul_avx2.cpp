@@ -18,6 +18,10 @@
 // inline assembly so that GCC cannot form it where the CPU may lack it).
 #include <immintrin.h>
 
+#if defined(__x86_64__) && defined(__clang__)
+#include <cpuid.h>
+#endif
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -399,7 +403,14 @@ PS_TARGET_AVX2 QuantizedActs quantize_activations_avx2(const float* x, int m, in
 }
 
 bool cpu_has_avx_vnni() {
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__clang__)
+  // clang (14) has no "avxvnni" for __builtin_cpu_supports: CPUID leaf 7.1, EAX bit 4.
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 4)) != 0;
+  }();
+  return has;
+#elif defined(__x86_64__) && defined(__GNUC__)
   static const bool has = __builtin_cpu_supports("avxvnni") != 0;
   return has;
 #else

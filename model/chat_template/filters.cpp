@@ -101,7 +101,7 @@ Value select_items(const Value& input, const CallArgs& args, bool by_attribute, 
   if (test && !is_known_test(test->as_string())) fail("unknown test '" + test->as_string() + "'");
   CallArgs test_args = rest_args(args, test_index + 1);
   List out;
-  for (const Value& item : *iterate(input)) {
+  for (const auto iterated = iterate(input); const Value& item : *iterated) {
     Value v = by_attribute ? attribute_path(item, attribute) : item;
     bool passed = test ? apply_test(test->as_string(), v, test_args) : v.truthy();
     if (passed == keep) out.push_back(item);
@@ -113,7 +113,7 @@ Value map_items(const Value& input, const CallArgs& args) {
   List out;
   if (const Value* attribute = args.get(SIZE_MAX, "attribute")) {
     const Value* fallback = args.get(SIZE_MAX, "default");
-    for (const Value& item : *iterate(input)) {
+    for (const auto iterated = iterate(input); const Value& item : *iterated) {
       Value v = attribute_path(item, to_output_string(*attribute));
       out.push_back(v.is_undefined() && fallback ? *fallback : v);
     }
@@ -125,7 +125,8 @@ Value map_items(const Value& input, const CallArgs& args) {
   if (!is_known_filter(filter)) fail("unknown filter '" + filter + "'");
   CallArgs filter_args = rest_args(args, 1);
   filter_args.keywords = args.keywords;
-  for (const Value& item : *iterate(input)) out.push_back(apply_filter(filter, item, filter_args));
+  for (const auto iterated = iterate(input); const Value& item : *iterated)
+    out.push_back(apply_filter(filter, item, filter_args));
   return Value::list(std::move(out));
 }
 
@@ -285,7 +286,7 @@ const std::unordered_map<std::string_view, FilterFn>& filter_table() {
          Value attribute = arg(a, 1, "attribute");
          std::string out;
          bool first = true;
-         for (const Value& item : *iterate(v)) {
+         for (const auto iterated = iterate(v); const Value& item : *iterated) {
            if (!first) out += sep;
            first = false;
            append_output_string(
@@ -367,7 +368,7 @@ const std::unordered_map<std::string_view, FilterFn>& filter_table() {
        [](const Value& v, const CallArgs& a) {
          Value attribute = arg(a, 0, "attribute");
          Value total = arg(a, 1, "start", Value(int64_t{0}));
-         for (const Value& item : *iterate(v)) {
+         for (const auto iterated = iterate(v); const Value& item : *iterated) {
            total = binary_op(
                "+", total,
                attribute.is_string() ? attribute_path(item, attribute.as_string()) : item);
@@ -381,7 +382,7 @@ const std::unordered_map<std::string_view, FilterFn>& filter_table() {
          bool case_sensitive = arg(a, 0, "case_sensitive").truthy();
          Value attribute = arg(a, 1, "attribute");
          List out, seen;
-         for (const Value& item : *iterate(v)) {
+         for (const auto iterated = iterate(v); const Value& item : *iterated) {
            Value key = sort_key(item, attribute, case_sensitive);
            if (std::none_of(seen.begin(), seen.end(),
                             [&](const Value& s) { return values_equal(s, key); })) {

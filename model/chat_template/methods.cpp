@@ -224,7 +224,7 @@ std::optional<Value> string_method(const std::string& s, std::string_view name,
     if (!items) fail("join() takes exactly one argument");
     std::string out;
     bool first = true;
-    for (const Value& item : *iterate(*items)) {
+    for (const auto iterated = iterate(*items); const Value& item : *iterated) {
       if (!item.is_string()) fail("join(): sequence item must be a string");
       if (!first) out += s;
       first = false;

@@ -12,6 +12,15 @@
 
 namespace pagedserve::model::tokenizer {
 
+int32_t checked_token_id(const nlohmann::json& id, const std::string& what) {
+  // Ids index dense tables (id -> token), so one absurd id would be an absurd allocation.
+  if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kMaxTokenIds) {
+    throw ModelError(what + " has id " + id.dump() + ", outside [0, " +
+                     std::to_string(kMaxTokenIds) + ")");
+  }
+  return id.get<int32_t>();
+}
+
 BpeModel BpeModel::from_json(const nlohmann::json& config) {
   const std::string type = config.value("type", "BPE");
   if (type != "BPE") throw ModelError("unsupported tokenizer model type \"" + type + "\"");
@@ -20,8 +29,7 @@ BpeModel BpeModel::from_json(const nlohmann::json& config) {
   model.vocab_.reserve(vocab.size());
   int32_t max_id = -1;
   for (const auto& [token, id_json] : vocab.items()) {
-    const int32_t id = id_json.get<int32_t>();
-    if (id < 0) throw ModelError("negative id for vocab token \"" + token + "\"");
+    const int32_t id = checked_token_id(id_json, "vocab token \"" + token + "\"");
     model.vocab_.emplace(token, id);
     max_id = std::max(max_id, id);
   }

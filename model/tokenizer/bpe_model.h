@@ -22,6 +22,13 @@ struct StringHash {
 };
 using TokenIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
+// Token ids a tokenizer.json may use: [0, kMaxTokenIds), as make-model's largest vocabulary.
+// Tables are indexed by id, so an id beyond any real vocabulary is refused, not allocated.
+inline constexpr int64_t kMaxTokenIds = int64_t{1} << 22;
+// `id` as a token id; ModelError "<what> has id <id>, outside [0, 4194304)" when it is not an
+// integer in range.
+int32_t checked_token_id(const nlohmann::json& id, const std::string& what);
+
 // What tokenizer.json's "model" object says beyond vocab and merges.
 struct BpeOptions {
   std::optional<std::string> unk_token;

@@ -32,8 +32,7 @@ std::vector<AddedToken> parse_added_tokens(const json& root) {
   for (const json& t : *it) {
     AddedToken token;
     token.content = t.at("content").get<std::string>();
-    token.id = t.at("id").get<int32_t>();
-    if (token.id < 0) throw ModelError("added token \"" + token.content + "\" has a negative id");
+    token.id = tokenizer::checked_token_id(t.at("id"), "added token \"" + token.content + "\"");
     token.special = t.value("special", false);
     token.lstrip = t.value("lstrip", false);
     token.rstrip = t.value("rstrip", false);

@@ -325,6 +325,19 @@ TEST(Lengths, FitToContextClipsOutputThenPrompt) {
   EXPECT_EQ(trace[2].prompt_tokens, 30);
 }
 
+// A lengths file may name any length up to INT64_MAX; fitting it must not overflow (prompt +
+// output was signed overflow, UBSan, found by tests/fuzz/trace_fuzz.cpp) and still clips.
+TEST(Lengths, FitToContextTakesLengthsUpToInt64Max) {
+  std::istringstream in("input_len,output_len\n9223372036854775807,5\n7,9223372036854775807\n");
+  TraceReadResult read = read_lengths_csv(in, BadLinePolicy::kFail);
+  ASSERT_EQ(read.requests.size(), 2u);
+  EXPECT_EQ(fit_to_context(read.requests, 0, 512), 2);
+  EXPECT_EQ(read.requests[0].prompt_tokens, 507);  // room 512 - output 5
+  EXPECT_EQ(*read.requests[0].max_tokens, 5);
+  EXPECT_EQ(*read.requests[1].max_tokens, 256);  // output first: half the room
+  EXPECT_EQ(read.requests[1].prompt_tokens, 7);
+}
+
 TEST(Schedule, ReplayDividesByTheTimeScale) {
   const auto a = replay_arrivals({10.0, 11.0, 15.0, 14.0}, 10.0);
   ASSERT_EQ(a.size(), 4u);

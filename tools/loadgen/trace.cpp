@@ -272,7 +272,8 @@ int64_t fit_to_context(std::vector<TraceRequest>& requests, int64_t shared_prefi
   int64_t changed = 0;
   for (TraceRequest& r : requests) {
     const int64_t output = r.max_tokens.value_or(0);
-    if (r.prompt_tokens + output <= room) continue;
+    // Not prompt + output <= room: a trace's lengths may be anything up to INT64_MAX.
+    if (output <= room && r.prompt_tokens <= room - output) continue;
     ++changed;
     if (output >= room) r.max_tokens = std::max<int64_t>(1, room / 2);
     r.prompt_tokens = std::min(r.prompt_tokens, room - r.max_tokens.value_or(0));

@@ -120,6 +120,21 @@ TEST(ChatTemplateFilters, Strings) {
             "2 2 ab");
 }
 
+// Filters and str.join iterate a list they build for a string, a dict or an undefined value;
+// the list must live through the loop (it was freed before the first item was read: heap use
+// after free under ASan, found by tests/fuzz/chat_template_fuzz.cpp on Mistral-Nemo's
+// `messages | selectattr(...)` with no messages). Values as jinja2 gives them.
+TEST(ChatTemplateFilters, IterateStringsDictsAndUndefined) {
+  EXPECT_EQ(render("{{ 'abc'|join('-') }}|{{ d|join(',') }}|{{ ','.join('xy') }}"),
+            "a-b-c|b,a|x,y");
+  EXPECT_EQ(render("{{ 'aBc'|select('upper')|join }}|{{ 'aBc'|reject('upper')|join }}"), "B|ac");
+  EXPECT_EQ(render("{{ 'ab'|map('upper')|join }}|{{ 'aab'|unique|join }}"), "AB|ab");
+  EXPECT_EQ(render("{{ {}|sum }}|{{ nothing|sum }}|{{ nothing|map('upper')|list }}"), "0|0|[]");
+  EXPECT_EQ(render("{%- set users = nothing | selectattr('role', 'equalto', 'user') | list %}"
+                   "{{ users|length }}|{{ d|rejectattr('x')|list|length }}"),
+            "0|2");
+}
+
 TEST(ChatTemplateFilters, LengthCountsCodePoints) {
   EXPECT_EQ(render("{{ messages|length }} {{ s|length }} {{ messages[3].content|length }}"),
             "4 11 13");

@@ -237,6 +237,23 @@ TEST(TokenizerErrors, MergeOfUnknownTokens) {
                      "tokenizer.json", "a q");
 }
 
+// Ids index dense tables: an id no vocabulary reaches (or one that does not fit int32 and
+// used to wrap, here to 623009787) was a multi-GB allocation from a 2 KB file, found by
+// tests/fuzz/tokenizer_json_fuzz.cpp. Now a ModelError naming the token.
+TEST(TokenizerErrors, IdsBeyondAnyVocabulary) {
+  json model = abc_model(json::array());
+  model["vocab"]["huge"] = int64_t{69999999999995};
+  expect_model_error(write_dir({{"tokenizer.json", json{{"model", model}}.dump()}}),
+                     "tokenizer.json", "vocab token \"huge\" has id 69999999999995");
+  model["vocab"]["huge"] = 2000000000;
+  expect_model_error(write_dir({{"tokenizer.json", json{{"model", model}}.dump()}}),
+                     "tokenizer.json", "outside [0, 4194304)");
+  const json added = {{"model", abc_model(json::array())},
+                      {"added_tokens", {{{"id", 5000000}, {"content", "<x>"}}}}};
+  expect_model_error(write_dir({{"tokenizer.json", added.dump()}}), "tokenizer.json",
+                     "added token \"<x>\" has id 5000000");
+}
+
 TEST(TokenizerErrors, MissingModel) {
   expect_model_error(write_dir({{"tokenizer.json", "{}"}}), "tokenizer.json", "model");
 }
