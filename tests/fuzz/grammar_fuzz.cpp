@@ -115,7 +115,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     parsed = grammar::parse_gbnf(*gbnf);
   } catch (const grammar::GrammarError& e) {
-    // Known and open (docs/RELIABILITY-fuzzing.md): a regex repeating something that can be
+    // Known and open (docs/RELIABILITY.md, "Fuzzing"): a regex repeating something that can be
     // empty, e.g. "(|b)*", becomes GBNF that parse_gbnf refuses as left-recursive. The
     // request still gets a clean 400; any other refusal of generated GBNF is a bug.
     const bool known_empty_repetition =
