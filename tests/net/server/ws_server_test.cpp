@@ -33,7 +33,9 @@ json read_frame(WsClient& client) {
 TEST(WsServerTest, TwoInterleavedRequestsAndACancel) {
   TestServer server;
   WsClient client(server.port());
-  client.send(start_frame("a", 40));
+  // a is long enough (200 tokens) that b starts while it runs even on a loaded machine (with 40,
+  // a sometimes finished before b was admitted).
+  client.send(start_frame("a", 200));
   client.send(start_frame("b", 400));
   std::map<std::string, int> tokens;
   std::vector<std::string> order;  // ids of token frames, in arrival order
@@ -51,8 +53,8 @@ TEST(WsServerTest, TwoInterleavedRequestsAndACancel) {
     }
   }
   EXPECT_EQ(a_done["finish_reason"], "length");
-  EXPECT_EQ(a_done["usage"]["completion_tokens"], 40);
-  EXPECT_EQ(tokens["a"], 40);
+  EXPECT_EQ(a_done["usage"]["completion_tokens"], 200);
+  EXPECT_EQ(tokens["a"], 200);
   ASSERT_GT(tokens["b"], 0) << "b made no progress while a ran";
   // Interleaved: some of b's tokens arrived before a's last one.
   EXPECT_LT(std::find(order.begin(), order.end(), "b") - order.begin(),
