@@ -122,7 +122,7 @@ std::unique_ptr<Engine> Engine::start(const EngineConfig& config_in, const Engin
       [kind = setup.scheduler.kv_allocator, blocks = setup.blocks] {
         return cache::make_kv_allocator(kind, blocks);
       },
-      s.prefix_cache_inbox, s.prefix_cache_reply, faults);
+      s.prefix_cache_inbox, s.prefix_cache_reply, faults, options.kv_event_publisher);
   s.scheduler_actor = std::make_unique<SchedulerActor>(
       sched, s.scheduler_inbox, s.executor_inbox, s.decode_inbox,
       PrefixCacheLink{s.prefix_cache_inbox, s.prefix_cache_reply}, s.stats, faults);

@@ -28,6 +28,7 @@
 namespace pagedserve::actors {
 
 struct FaultHooks;  // actors/fault_hooks.h: test-only fault injection
+class KvEventPublisher;  // actors/kv_event_publisher.h
 
 namespace runtime {
 class StreamState;
@@ -117,6 +118,9 @@ struct EngineOptions {
   // Tests only: faults to inject at the actor seams (actors/fault_hooks.h). Null in every
   // program; ignored in Release builds.
   std::shared_ptr<const FaultHooks> fault_hooks;
+  // KV-cache events (actors/kv_event_publisher.h, `serve --kv-events-endpoint`): the
+  // prefix-cache actor hands it each step's prefix-cache changes. Null: nothing is recorded.
+  std::shared_ptr<KvEventPublisher> kv_event_publisher;
 };
 
 // Where the served steps' time went, in seconds summed since the engine started: the

@@ -1,6 +1,7 @@
 // PrefixCacheActor: receive an op list, apply it, send the result back.
 #include "actors/prefix_cache_actor.h"
 
+#include <chrono>
 #include <exception>
 #include <utility>
 
@@ -9,12 +10,26 @@ namespace pagedserve::actors {
 PrefixCacheActor::PrefixCacheActor(AllocatorFactory make_allocator,
                                    runtime::Channel<runtime::ApplyMemoryOps>& inbox,
                                    runtime::Channel<runtime::MemoryOpsApplied>& reply,
-                                   const FaultHooks* faults)
+                                   const FaultHooks* faults,
+                                   std::shared_ptr<KvEventPublisher> events)
     : make_allocator_(std::move(make_allocator)),
-      allocator_(make_allocator_()),
       faults_(faults),
+      events_(std::move(events)),
+      allocator_(make_allocator()),
       inbox_(inbox),
       reply_(reply) {}
+
+std::unique_ptr<cache::KvAllocator> PrefixCacheActor::make_allocator() {
+  std::unique_ptr<cache::KvAllocator> allocator = make_allocator_();
+  if (events_) allocator->set_event_recorder(&recorder_);
+  return allocator;
+}
+
+void PrefixCacheActor::publish_events() {
+  if (recorder_.empty()) return;
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  events_->publish(KvEventBatch{std::chrono::duration<double>(now).count(), recorder_.take()});
+}
 
 runtime::Task<void> PrefixCacheActor::run() {
   for (;;) {
@@ -31,7 +46,10 @@ runtime::MemoryOpsApplied PrefixCacheActor::on_apply(runtime::ApplyMemoryOps req
   runtime::MemoryOpsApplied applied;
   applied.request_id = request.request_id;
   // The scheduler starts over: nothing the old allocator held is trusted any more.
-  if (request.reset) allocator_ = make_allocator_();
+  if (request.reset) {
+    if (events_) recorder_.cache_cleared(allocator_->cached_block_hashes());
+    allocator_ = make_allocator();
+  }
   cache::KvMemoryApplier applier(*allocator_);
   // Exceptions stay in this actor: a refused op comes back as an error value.
   try {
@@ -43,6 +61,7 @@ runtime::MemoryOpsApplied PrefixCacheActor::on_apply(runtime::ApplyMemoryOps req
     applied.error = std::string("the prefix-cache actor failed: ") + e.what();
   }
   applied.result = applier.finish();
+  if (events_) publish_events();  // what the ops did, also when one was refused midway
   return applied;
 }
 

@@ -7,12 +7,16 @@
 // allocator by a fresh one (every block free, the prefix cache empty): how the engine recovers
 // after the allocator refused a list or a step's KV contents were lost (docs/actors.md,
 // "Failures"). Lives on the prefix-cache ActorThread.
+// KV-cache events: with a publisher, the allocator records its prefix-cache changes and the
+// actor hands them on after each list as one batch (a reset adds the removal of every cached
+// hash and AllBlocksCleared); without one nothing is recorded.
 #pragma once
 
 #include <functional>
 #include <memory>
 
 #include "actors/fault_hooks.h"
+#include "actors/kv_event_publisher.h"
 #include "actors/runtime/channel.h"
 #include "actors/runtime/prefix_cache_messages.h"
 #include "cache/kv_allocator.h"
@@ -24,11 +28,13 @@ class PrefixCacheActor {
   // Builds an empty allocator: once at construction, again for each reset request.
   using AllocatorFactory = std::function<std::unique_ptr<cache::KvAllocator>()>;
 
-  // `faults`: test-only hooks (null in programs); must outlive the actor.
+  // `faults`: test-only hooks (null in programs); must outlive the actor. `events`: where
+  // KV-cache event batches go (null: none are recorded).
   PrefixCacheActor(AllocatorFactory make_allocator,
                    runtime::Channel<runtime::ApplyMemoryOps>& inbox,
                    runtime::Channel<runtime::MemoryOpsApplied>& reply,
-                   const FaultHooks* faults = nullptr);
+                   const FaultHooks* faults = nullptr,
+                   std::shared_ptr<KvEventPublisher> events = nullptr);
 
   // The run loop; spawn it on the prefix-cache thread. Ends when the inbox or the reply
   // channel closes.
@@ -41,9 +47,16 @@ class PrefixCacheActor {
   const cache::KvAllocator& allocator() const { return *allocator_; }
 
  private:
+  // make_allocator_'s allocator, with the event recorder attached when events are on.
+  std::unique_ptr<cache::KvAllocator> make_allocator();
+  // Hands what the recorder holds to the publisher as one batch (nothing when it is empty).
+  void publish_events();
+
   AllocatorFactory make_allocator_;
-  std::unique_ptr<cache::KvAllocator> allocator_;
   const FaultHooks* faults_ = nullptr;
+  std::shared_ptr<KvEventPublisher> events_;
+  cache::KvEventRecorder recorder_;  // attached to allocator_ only when events_ is set
+  std::unique_ptr<cache::KvAllocator> allocator_;
   runtime::Channel<runtime::ApplyMemoryOps>& inbox_;
   runtime::Channel<runtime::MemoryOpsApplied>& reply_;
 };

@@ -214,12 +214,15 @@ AllocationResult BlockManager::allocate(SeqId seq, std::span<const int32_t> prom
   const std::vector<BlockHash>& hashes = prompt_hashes(prompt_tokens, cache_salt);
   for (int i = static_cast<int>(hits.size()); i < num_blocks; ++i) {
     const int fill = static_cast<int>(std::min<int64_t>(block_size_, n - int64_t{i} * block_size_));
-    const BlockId id = device_.allocate(fill);
-    if (i < static_cast<int>(hashes.size())) device_.cache(id, hashes[i]);
-    s.blocks.push_back(id);
+    s.blocks.push_back(device_.allocate(fill));
+    if (i < static_cast<int>(hashes.size())) publish_block(s.blocks, hashes, prompt_tokens, i);
   }
   if (enable_prefix_caching_) {
     s.block_hashes = hashes;
+    if (events_ != nullptr) {
+      s.full_tokens.assign(prompt_tokens.begin(),
+                           prompt_tokens.begin() + hashes.size() * block_size_);
+    }
     s.tail_tokens.assign(prompt_tokens.begin() + hashes.size() * block_size_, prompt_tokens.end());
     s.cache_salt.assign(cache_salt);
     prefix_queries_tokens_ += n;
@@ -280,8 +283,36 @@ void BlockManager::hash_full_tail(Sequence& s) {
   const BlockHash hash = hash_block(first ? kRootBlockHash : s.block_hashes.back(), s.tail_tokens,
                                     first ? std::string_view(s.cache_salt) : std::string_view{});
   s.block_hashes.push_back(hash);
-  device_.cache(s.blocks.back(), hash);
+  if (events_ != nullptr) {
+    s.full_tokens.insert(s.full_tokens.end(), s.tail_tokens.begin(), s.tail_tokens.end());
+  }
+  publish_block(s.blocks, s.block_hashes, s.full_tokens, s.block_hashes.size() - 1);
   s.tail_tokens.clear();
+}
+
+void BlockManager::publish_block(std::span<const BlockId> table, std::span<const BlockHash> hashes,
+                                 std::span<const int32_t> tokens, size_t i) {
+  // An ancestor's entry can be missing while this table holds its content: this table's copy
+  // was a duplicate (another block held the hash) and that block was evicted since, or it was
+  // evicted while this sequence was swapped out. Re-entering it keeps the index a set of
+  // chains, so a router learning a block always knows its parent. Released entries (sliding
+  // window) hold no content: the walk stops there.
+  size_t first = i;
+  while (first > 0 && table[first - 1] != kNoBlock && !device_.lookup(hashes[first - 1])) --first;
+  for (size_t j = first; j <= i; ++j) {
+    if (!device_.cache(table[j], hashes[j]) || events_ == nullptr) continue;
+    events_->block_stored(hashes[j], j == 0 ? std::nullopt : std::optional(hashes[j - 1]),
+                          tokens.subspan(j * block_size_, block_size_));
+  }
+}
+
+void BlockManager::set_event_recorder(KvEventRecorder* recorder) {
+  if (!seqs_.empty() || device_.num_hashed_blocks() != 0) {
+    throw std::logic_error(
+        "BlockManager::set_event_recorder: attach the recorder before the first allocate");
+  }
+  events_ = recorder;
+  device_.set_event_recorder(recorder);
 }
 
 void BlockManager::resolve_pending_token(SeqId seq, int32_t token) {
@@ -413,8 +444,8 @@ std::vector<BlockCopy> BlockManager::swap_in(SeqId seq) {
     const BlockId d = device_.allocate(cpu_.block(c).num_tokens);
     copies.push_back(BlockCopy{c, d});
     link_twins(d, c);
-    if (i < s.block_hashes.size()) device_.cache(d, s.block_hashes[i]);
     device_blocks[i] = d;
+    if (i < s.block_hashes.size()) publish_block(device_blocks, s.block_hashes, s.full_tokens, i);
   }
   for (auto c = s.blocks.rbegin(); c != s.blocks.rend() - s.num_released; ++c) release_cpu(*c);
   s.blocks = std::move(device_blocks);

@@ -143,6 +143,21 @@ class BlockManager {
   int64_t prefix_cache_hits_tokens() const { return prefix_hits_tokens_; }
   BlockManagerStats stats() const;
 
+  // ---- KV-cache events (cache/kv_cache_events.h) ----
+  // Records every change to the prefix-cache index into `recorder` (null: nothing is recorded,
+  // the default): a store when a full block enters the index (allocate, the append or
+  // resolve_pending_token that fills a block, swap_in), a removal when a cached-free block is
+  // evicted. Attach it before the first allocate (throws std::logic_error once the manager
+  // holds sequences or hashes). While attached, each sequence also keeps its full blocks'
+  // token ids (4 bytes a token) for the events that re-publish a block.
+  // Parent order: a block enters the index only after its parent (the ancestors a sequence
+  // holds are re-entered first when their entry was evicted), except when a sliding window
+  // released the parent from every table and it was then evicted: the block is stored with a
+  // parent hash the index no longer has.
+  void set_event_recorder(KvEventRecorder* recorder);
+  // The hashes in the prefix-cache index, any order (tests; O(hashed blocks)).
+  std::vector<BlockHash> cached_block_hashes() const { return device_.hashes(); }
+
   // ---- testing ----
   int device_ref_count(BlockId id) const { return device_.block(id).ref_count; }
   // The device free queue front to back: the order in which blocks will be handed out.
@@ -160,6 +175,9 @@ class BlockManager {
     // pending (then the slot holds a placeholder and the block is not hashed yet).
     std::vector<int32_t> tail_tokens;
     std::string cache_salt;  // hashed into the first block
+    // Token ids of the full blocks (block_hashes.size() * block_size), only while an event
+    // recorder is attached: a block re-entering the index is reported with its tokens.
+    std::vector<int32_t> full_tokens;
     int num_tokens = 0;
     int num_released = 0;  // leading table entries given back (kNoBlock), sliding window only
     bool swapped = false;
@@ -169,6 +187,12 @@ class BlockManager {
   // append_token's work; `pending`: the token is a placeholder, hashing waits for its value.
   std::vector<BlockCopy> append_slot(SeqId seq, int32_t token, bool pending, const char* op);
   void hash_full_tail(Sequence& s);
+  // Enters table[i] into the prefix-cache index under hashes[i] (nothing when another block
+  // holds that hash: the first stays the shared copy), after re-entering the ancestors the
+  // table holds whose hashes are missing from the index, oldest first. `tokens`: the table's
+  // full-block tokens, read only when events are recorded.
+  void publish_block(std::span<const BlockId> table, std::span<const BlockHash> hashes,
+                     std::span<const int32_t> tokens, size_t i);
 
   // The prompt's full-block hashes, computed once per prompt: can_allocate and the allocate
   // that follows it share them through this one-entry memo (checked by content, not address).
@@ -205,6 +229,7 @@ class BlockManager {
   std::vector<BlockId> device_twin_of_cpu_;
   int64_t prefix_queries_tokens_ = 0;
   int64_t prefix_hits_tokens_ = 0;
+  KvEventRecorder* events_ = nullptr;  // not owned; null: no events
 
   struct PromptHashMemo {
     std::vector<int32_t> tokens;  // the full-block part of the prompt

@@ -26,6 +26,8 @@ std::string BlockManager::check_sequences() const {
           s.num_tokens % block_size_ + unhashed * block_size_) {
         return who + "wrong number of tail tokens";
       }
+      const size_t kept_tokens = events_ == nullptr ? 0 : s.block_hashes.size() * block_size_;
+      if (s.full_tokens.size() != kept_tokens) return who + "wrong number of full-block tokens";
     }
     // Released entries (kNoBlock) are a prefix, never the last block, and only ever blocks
     // wholly before the window of the next query (at position num_tokens).

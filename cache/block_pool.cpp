@@ -82,6 +82,7 @@ BlockId BlockPool::allocate(int num_tokens) {
   const BlockId id = free_queue_.pop_front();
   Block& b = blocks_[id];
   if (b.has_hash) {  // evict: the block's cached prefix is gone from now on
+    if (events_ != nullptr) events_->block_removed(b.hash);
     index_.erase(b.hash);
     b.has_hash = false;
     --num_cached_free_;
@@ -138,6 +139,13 @@ std::optional<BlockId> BlockPool::lookup(const BlockHash& hash) const {
   auto it = index_.find(hash);
   if (it == index_.end()) return std::nullopt;
   return it->second;
+}
+
+std::vector<BlockHash> BlockPool::hashes() const {
+  std::vector<BlockHash> out;
+  out.reserve(index_.size());
+  for (const auto& [hash, id] : index_) out.push_back(hash);
+  return out;
 }
 
 std::string BlockPool::check_invariants() const {

@@ -12,6 +12,7 @@
 
 #include "cache/block_hash.h"
 #include "cache/block_types.h"
+#include "cache/kv_cache_events.h"
 
 namespace pagedserve::cache {
 
@@ -99,6 +100,11 @@ class BlockPool {
   // is off or another block already holds that hash: the first one stays the shared copy.
   bool cache(BlockId id, const BlockHash& hash);
   std::optional<BlockId> lookup(const BlockHash& hash) const;
+  // Every hash in the index (any order; O(hashed blocks)).
+  std::vector<BlockHash> hashes() const;
+  // Evictions (allocate taking a cached-free block) are recorded there as removals; null: none.
+  // The BlockManager records the stores itself (it knows the parents and the tokens).
+  void set_event_recorder(KvEventRecorder* recorder) { events_ = recorder; }
 
   // Empty when the pool's own structures agree (queue links, counts, index); else a message.
   std::string check_invariants() const;
@@ -108,6 +114,7 @@ class BlockPool {
   FreeBlockQueue free_queue_;
   std::unordered_map<BlockHash, BlockId, BlockHashHasher> index_;
   bool enable_caching_;
+  KvEventRecorder* events_ = nullptr;
   int num_cached_free_ = 0;
   int64_t num_stored_tokens_ = 0;
   int64_t num_evictions_ = 0;

@@ -130,6 +130,13 @@ class KvAllocator {
   virtual int64_t num_logical_blocks() const = 0;
   // The paged allocator's BlockManager; nullptr for the others.
   virtual const BlockManager* block_manager() const { return nullptr; }
+
+  // ---- KV-cache events (cache/kv_cache_events.h) ----
+  // Records the prefix-cache index's changes (BlockManager::set_event_recorder); allocators
+  // without a prefix cache record nothing. Attach before the first allocate.
+  virtual void set_event_recorder(KvEventRecorder*) {}
+  // The hashes in the prefix-cache index (empty without one).
+  virtual std::vector<BlockHash> cached_block_hashes() const { return {}; }
 };
 
 std::unique_ptr<KvAllocator> make_kv_allocator(KvAllocatorKind kind,

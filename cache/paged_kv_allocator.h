@@ -62,6 +62,12 @@ class PagedKvAllocator final : public KvAllocator {
   KvMemoryBreakdown memory_breakdown() const override;
   int64_t num_logical_blocks() const override;
   const BlockManager* block_manager() const override { return &blocks_; }
+  void set_event_recorder(KvEventRecorder* recorder) override {
+    blocks_.set_event_recorder(recorder);
+  }
+  std::vector<BlockHash> cached_block_hashes() const override {
+    return blocks_.cached_block_hashes();
+  }
 
  private:
   BlockManager blocks_;

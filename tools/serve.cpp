@@ -10,6 +10,7 @@
 #include "net/server/http_server.h"
 #include "tools/cli_flags.h"
 #include "tools/engine_flags.h"
+#include "tools/kv_events_flags.h"
 #include "tools/subcommands.h"
 
 namespace pagedserve::tools {
@@ -174,17 +175,22 @@ int run_serve(const std::vector<std::string>& args) {
                       "drain-timeout",
                       "idle-timeout",
                       "log-interval"});
+  value_flags.insert(kKvEventsValueFlags.begin(), kKvEventsValueFlags.end());
   std::set<std::string> bool_flags = kEngineBoolFlags;
   bool_flags.insert("help");
   const CliFlags flags(args, value_flags, bool_flags);
   if (flags.has("help")) {
-    std::cout << kServeHelp << kEngineFlagsHelp;
+    std::cout << kServeHelp << kEngineFlagsHelp << kKvEventsFlagsHelp;
     return 0;
   }
   const actors::EngineConfig engine_config = engine_config_from_flags(flags);
   const net::HttpServerConfig server_config = server_config_from_flags(flags);
-  std::unique_ptr<actors::Engine> engine =
-      actors::Engine::start(engine_config, net::engine_options_for(server_config, engine_config));
+  actors::EngineOptions engine_options = net::engine_options_for(server_config, engine_config);
+  // KV-cache events (docs/kv-events.md): the publisher outlives the engine that feeds it.
+  engine_options.kv_event_publisher = kv_event_publisher_from_flags(
+      flags, net::served_model_name_for(server_config, engine_config.model_dir),
+      engine_config.block_size);
+  std::unique_ptr<actors::Engine> engine = actors::Engine::start(engine_config, engine_options);
   {
     net::HttpServer server(*engine, server_config);
     const uint16_t port = server.start();

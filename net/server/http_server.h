@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -75,6 +76,11 @@ struct HttpServerConfig {
 // max_queued_requests).
 actors::EngineOptions engine_options_for(const HttpServerConfig& config,
                                          const actors::EngineConfig& engine_config);
+
+// The model name clients send (and KV-cache event topics carry): --served-model-name, else the
+// model folder's name.
+std::string served_model_name_for(const HttpServerConfig& config,
+                                  const std::filesystem::path& model_dir);
 
 class HttpServer {
  public:

@@ -19,8 +19,7 @@ std::string default_model_name(const std::filesystem::path& model_dir) {
 
 ServedModel served_model_for(const actors::Engine& engine, const HttpServerConfig& config) {
   const actors::EngineConfig& resolved = engine.config();
-  std::string name = config.served_model_name.empty() ? default_model_name(resolved.model_dir)
-                                                      : config.served_model_name;
+  std::string name = served_model_name_for(config, resolved.model_dir);
   ServedModel served = make_served_model(std::move(name), resolved.model_dir, engine.tokenizer(),
                                          resolved.max_model_len, engine.eos_token_ids());
   served.limits = config.request_limits;
@@ -37,6 +36,12 @@ ServedModel served_model_for(const actors::Engine& engine, const HttpServerConfi
 }
 
 }  // namespace
+
+std::string served_model_name_for(const HttpServerConfig& config,
+                                  const std::filesystem::path& model_dir) {
+  return config.served_model_name.empty() ? default_model_name(model_dir)
+                                          : config.served_model_name;
+}
 
 ApiError overloaded_error(int num_waiting, int max_queued) {
   ApiError error;
