@@ -15,7 +15,7 @@ PrefixCacheActor::PrefixCacheActor(AllocatorFactory make_allocator,
     : make_allocator_(std::move(make_allocator)),
       faults_(faults),
       events_(std::move(events)),
-      allocator_(make_allocator()),
+      allocator_(this->make_allocator()),  // the member, not the moved-from parameter
       inbox_(inbox),
       reply_(reply) {}
 
