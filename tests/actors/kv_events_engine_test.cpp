@@ -21,6 +21,9 @@
 namespace pagedserve::actors {
 namespace {
 
+using testing_util::greedy;
+using testing_util::stories_config;
+
 // Keeps every batch (publish() runs on the prefix-cache thread; read after the engine stopped).
 class RecordingPublisher final : public KvEventPublisher {
  public:
@@ -90,7 +93,7 @@ TEST(KvEventsActor, OneBatchPerListThatChangedTheCache) {
   // The append that fills it: one batch, one block under the second.
   ASSERT_EQ(t.apply({cache::KvMemoryOp::append(1, 12)}).error, "");
   ASSERT_EQ(publisher->batches().size(), 2u);
-  const auto& third = std::get<cache::KvBlockStored>(publisher->batches()[1].events.at(0));
+  const auto third = std::get<cache::KvBlockStored>(publisher->batches()[1].events.at(0));
   EXPECT_EQ(third.parent, stored.block_hashes[1]);
   EXPECT_EQ(third.token_ids, tokens(4, 9));
 }
@@ -103,7 +106,7 @@ TEST(KvEventsActor, ResetRemovesEveryCachedHashThenClears) {
   ASSERT_EQ(t.apply({cache::KvMemoryOp::allocate(2, tokens(3, 50), 3, 4)}, /*reset=*/true).error,
             "");
   ASSERT_EQ(publisher->batches().size(), 2u);
-  const std::vector<cache::KvCacheEvent>& events = publisher->batches()[1].events;
+  const std::vector<cache::KvCacheEvent> events = publisher->batches()[1].events;
   ASSERT_EQ(events.size(), 2u);
   std::vector<cache::BlockHash> removed = std::get<cache::KvBlockRemoved>(events[0]).block_hashes;
   const std::vector<cache::BlockHash> expected = cache::hash_full_blocks(prompt, 4);
