@@ -24,6 +24,7 @@
 #include "actors/fault_hooks.h"
 #include "actors/prefix_cache_actor.h"
 #include "actors/runtime/actor_thread.h"
+#include "actors/runtime/kv_map_board.h"
 #include "actors/runtime/request_registry.h"
 #include "actors/runtime/stats_board.h"
 #include "actors/scheduler_actor.h"
@@ -62,6 +63,9 @@ struct Engine::Impl {
   const std::shared_ptr<const model::Tokenizer> tokenizer;
   const std::shared_ptr<runtime::RequestRegistry> registry;
   runtime::StatsBoard stats;
+  // Shared with the KvMapWatch handles, which may outlive the engine.
+  const std::shared_ptr<runtime::KvMapBoard> kv_map_board =
+      std::make_shared<runtime::KvMapBoard>();
   std::atomic<uint64_t> next_request_id{1};
   std::mutex shutdown_mu;
   bool shut_down = false;
@@ -123,6 +127,7 @@ std::unique_ptr<Engine> Engine::start(const EngineConfig& config_in, const Engin
         return cache::make_kv_allocator(kind, blocks);
       },
       s.prefix_cache_inbox, s.prefix_cache_reply, faults, options.kv_event_publisher);
+  s.prefix_cache_actor->set_kv_map_board(s.kv_map_board.get());
   s.scheduler_actor = std::make_unique<SchedulerActor>(
       sched, s.scheduler_inbox, s.executor_inbox, s.decode_inbox,
       PrefixCacheLink{s.prefix_cache_inbox, s.prefix_cache_reply}, s.stats, faults);
@@ -133,6 +138,7 @@ std::unique_ptr<Engine> Engine::start(const EngineConfig& config_in, const Engin
 
   s.executor_thread.spawn(s.executor_actor->run());
   s.prefix_cache_thread.spawn(s.prefix_cache_actor->run());
+  s.prefix_cache_thread.spawn(s.prefix_cache_actor->publish_kv_maps());
   s.scheduler_thread.spawn(s.scheduler_actor->run());
   s.tokenizer_thread.spawn(s.tokenizer_actor->encode_loop());
   s.tokenizer_thread.spawn(s.tokenizer_actor->decode_loop());
@@ -207,6 +213,20 @@ EngineStats Engine::stats() const {
   EngineStats stats = impl_->stats.snapshot();
   stats.num_unfinished_requests = impl_->registry->num_unfinished();
   return stats;
+}
+
+KvMapWatch::KvMapWatch(std::shared_ptr<runtime::KvMapBoard> board) : board_(std::move(board)) {
+  board_->add_subscriber();
+}
+
+KvMapWatch::~KvMapWatch() { board_->remove_subscriber(); }
+
+std::unique_ptr<KvMapWatch> Engine::watch_kv_map() {
+  return std::make_unique<KvMapWatch>(impl_->kv_map_board);
+}
+
+std::shared_ptr<const cache::KvMapSnapshot> Engine::kv_map() const {
+  return impl_->kv_map_board->latest();
 }
 
 const model::Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "actors/engine_setup.h"  // EngineConfig
+#include "cache/kv_snapshot.h"
 #include "model/sampling_params.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -33,6 +34,7 @@ class KvEventPublisher;  // actors/kv_event_publisher.h
 namespace runtime {
 class StreamState;
 class RequestRegistry;
+class KvMapBoard;
 }  // namespace runtime
 
 struct GenerateRequest {
@@ -104,6 +106,19 @@ class RequestStream {
  private:
   std::shared_ptr<runtime::StreamState> state_;
   std::shared_ptr<runtime::RequestRegistry> registry_;
+};
+
+// An observer of the KV block map (Engine::watch_kv_map): while at least one is alive, the
+// prefix-cache actor publishes a snapshot of the pools at most every 100 ms when they changed.
+class KvMapWatch {
+ public:
+  explicit KvMapWatch(std::shared_ptr<runtime::KvMapBoard> board);
+  KvMapWatch(const KvMapWatch&) = delete;
+  KvMapWatch& operator=(const KvMapWatch&) = delete;
+  ~KvMapWatch();
+
+ private:
+  std::shared_ptr<runtime::KvMapBoard> board_;
 };
 
 struct EngineOptions {
@@ -179,6 +194,11 @@ class Engine {
   void shutdown();
 
   EngineStats stats() const;
+  // The KV block map (cache/kv_snapshot.h) for observers such as the playground. Published
+  // only while a KvMapWatch is alive; kv_map() is null until the first one after that (and
+  // always with a non-paged --kv-allocator, which has no blocks to show).
+  std::unique_ptr<KvMapWatch> watch_kv_map();
+  std::shared_ptr<const cache::KvMapSnapshot> kv_map() const;
   const model::Tokenizer& tokenizer() const;
   const EngineConfig& config() const;  // with max_model_len and num_kv_blocks resolved
   // The ids that end a sequence (the model config's eos_token_id list and the tokenizer's EOS).

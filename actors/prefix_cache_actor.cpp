@@ -1,6 +1,7 @@
 // PrefixCacheActor: receive an op list, apply it, send the result back.
 #include "actors/prefix_cache_actor.h"
 
+#include <boost/asio/this_coro.hpp>
 #include <chrono>
 #include <exception>
 #include <utility>
@@ -40,6 +41,32 @@ runtime::Task<void> PrefixCacheActor::run() {
                                                    runtime::kAwaitTuple);
     if (send_error) break;
   }
+  stopped_ = true;
+  if (kv_timer_ != nullptr) kv_timer_->cancel();
+}
+
+runtime::Task<void> PrefixCacheActor::publish_kv_maps() {
+  boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
+  while (!stopped_) {
+    timer.expires_after(kKvMapInterval);
+    kv_timer_ = &timer;
+    co_await timer.async_wait(runtime::kAwaitTuple);
+    kv_timer_ = nullptr;
+    if (stopped_) break;
+    publish_kv_map_if_wanted();
+  }
+}
+
+bool PrefixCacheActor::publish_kv_map_if_wanted() {
+  if (kv_board_ == nullptr || !kv_board_->wanted()) return false;
+  const cache::BlockManager* blocks = allocator_->block_manager();
+  if (blocks == nullptr) return false;  // only the paged allocator has blocks to show
+  // A new subscriber after a quiet spell finds the board empty: publish even without changes.
+  if (num_changes_ == num_changes_published_ && kv_board_->latest() != nullptr) return false;
+  num_changes_published_ = num_changes_;
+  kv_board_->publish(std::make_shared<const cache::KvMapSnapshot>(
+      cache::make_kv_map_snapshot(++kv_map_version_, blocks->snapshot(), seq_requests_)));
+  return true;
 }
 
 runtime::MemoryOpsApplied PrefixCacheActor::on_apply(runtime::ApplyMemoryOps request) {
@@ -49,13 +76,16 @@ runtime::MemoryOpsApplied PrefixCacheActor::on_apply(runtime::ApplyMemoryOps req
   if (request.reset) {
     if (events_) recorder_.cache_cleared(allocator_->cached_block_hashes());
     allocator_ = make_allocator();
+    seq_requests_.clear();
   }
+  ++num_changes_;
   cache::KvMemoryApplier applier(*allocator_);
   // Exceptions stay in this actor: a refused op comes back as an error value.
   try {
     for (const cache::KvMemoryOp& op : request.ops) {
       call_fault_hook(faults_, &FaultHooks::before_memory_op, op);
       applier.apply(op);
+      seq_requests_.observe(op);
     }
   } catch (const std::exception& e) {
     applied.error = std::string("the prefix-cache actor failed: ") + e.what();

@@ -623,7 +623,10 @@ void Scheduler::emit_plan(const std::vector<PlannedGroup>& plans) {
         } else if (!kv_->reserves_ahead()) {
           end_cap = std::max(end_cap, planned.num_blocks * kv_->block_size());
         }
-        emit(cache::KvMemoryOp::allocate(seq.seq_id, std::move(tokens), compute, end_cap));
+        cache::KvMemoryOp op =
+            cache::KvMemoryOp::allocate(seq.seq_id, std::move(tokens), compute, end_cap);
+        op.group = group.request_id;  // observers map sequences to requests (kv_snapshot.h)
+        emit(std::move(op));
         continue;
       }
       const int start = seq.num_computed_tokens;

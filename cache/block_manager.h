@@ -42,6 +42,8 @@
 
 namespace pagedserve::cache {
 
+struct KvPoolSnapshot;  // cache/kv_snapshot.h
+
 // A snapshot of the manager's accounting, for metrics and logs.
 struct BlockManagerStats {
   int num_total_device_blocks = 0;
@@ -166,6 +168,11 @@ class BlockManager {
   // ref_count = number of tables holding it; counts; hash index; swap links); else what broke.
   // O(total blocks + total table entries).
   std::string check_invariants() const;
+
+  // ---- observers ----
+  // Every device and CPU block's state, holders, fill and hash now (cache/kv_snapshot.h), for
+  // the playground's block map. Read-only; O(total blocks + total table entries).
+  KvPoolSnapshot snapshot() const;
 
  private:
   struct Sequence {

@@ -52,7 +52,8 @@ struct KvMemoryOp {
   SeqId seq = 0;
   SeqId child = 0;              // kFork
   int32_t token = 0;            // kAppend, kResolvePending
-  uint64_t group = 0;           // kReleaseGroup; kProbePrefix: the request, echoed back
+  uint64_t group = 0;           // kReleaseGroup; kProbePrefix: the request, echoed back;
+                                // kAllocate: the request (observers only, kv_snapshot.h)
   SeqReservation reservation;   // kReserve
   std::vector<int32_t> tokens;  // kAllocate, kProbePrefix: every token of the sequence so far
   int compute_tokens = 0;       // kAllocate: tokens the plan lets this step compute

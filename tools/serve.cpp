@@ -45,6 +45,7 @@ const char* const kServeHelp =
     "  --drain-timeout SECONDS      on SIGINT/SIGTERM, how long streams may finish (default 10)\n"
     "  --idle-timeout SECONDS       close connections silent this long (default 60)\n"
     "  --log-interval SECONDS       period of the engine log line, 0 = off (default 10)\n"
+    "  --no-ui                      do not serve the playground page at GET / (docs/playground.md)\n"
     "endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,\n"
     "  GET /version, POST /tokenize, POST /detokenize, GET /metrics, WebSocket GET /v1/stream\n";
 
@@ -147,6 +148,7 @@ net::HttpServerConfig server_config_from_flags(const CliFlags& flags) {
   config.drain_timeout = std::chrono::seconds(flags.get_int("drain-timeout", 10, 0, 3600));
   config.idle_timeout = std::chrono::seconds(flags.get_int("idle-timeout", 60, 1, 86400));
   config.stats_log_interval = std::chrono::seconds(flags.get_int("log-interval", 10, 0, 86400));
+  config.serve_ui = !flags.has("no-ui");
   return config;
 }
 
@@ -178,6 +180,7 @@ int run_serve(const std::vector<std::string>& args) {
   value_flags.insert(kKvEventsValueFlags.begin(), kKvEventsValueFlags.end());
   std::set<std::string> bool_flags = kEngineBoolFlags;
   bool_flags.insert("help");
+  bool_flags.insert("no-ui");
   const CliFlags flags(args, value_flags, bool_flags);
   if (flags.has("help")) {
     std::cout << kServeHelp << kEngineFlagsHelp << kKvEventsFlagsHelp;
@@ -197,6 +200,10 @@ int run_serve(const std::vector<std::string>& args) {
     const char* scheme = server_config.tls_cert_file.empty() ? "http://" : "https://";
     std::cerr << "pagedserve: serving " << engine_config.model_dir.string() << " on " << scheme
               << server_config.host << ":" << port << " (Ctrl-C to stop)" << std::endl;
+    if (server_config.serve_ui) {
+      std::cerr << "pagedserve: playground at " << scheme << server_config.host << ":" << port
+                << "/" << std::endl;
+    }
     server.run_until_signal();
   }
   engine->shutdown();

@@ -17,6 +17,19 @@ ordered_json id_json(std::string_view id) {
   return id.empty() ? ordered_json() : ordered_json(std::string(id));
 }
 
+// {"type": "subscribe" | "unsubscribe", "topic": "kv"}; an "id" is optional (echoed in errors).
+WsClientFrame parse_subscription(FieldReader& fields, bool subscribe, std::string id) {
+  std::optional<std::string> topic = fields.string("topic");
+  if (fields.failed()) return WsInvalid{id, fields.error()};
+  if (!topic) return WsInvalid{id, invalid_request("topic is required", "topic")};
+  if (*topic != kWsTopicKv) {
+    return WsInvalid{id, invalid_request("unknown topic \"" + *topic + "\": the only topic is \"" +
+                                             std::string(kWsTopicKv) + "\"",
+                                         "topic", "unknown_topic")};
+  }
+  return WsSubscribe{*topic, subscribe};
+}
+
 }  // namespace
 
 WsClientFrame parse_ws_client_frame(std::string_view text, const ServedModel& served) {
@@ -27,6 +40,10 @@ WsClientFrame parse_ws_client_frame(std::string_view text, const ServedModel& se
   std::optional<std::string> id = fields.string("id");
   std::optional<std::string> type = fields.string("type");
   if (fields.failed()) return WsInvalid{id.value_or(""), fields.error()};
+  if (type && (*type == "subscribe" || *type == "unsubscribe")) {
+    const bool readable_id = id && id->size() <= kMaxWsClientIdBytes;
+    return parse_subscription(fields, *type == "subscribe", readable_id ? *id : std::string());
+  }
   if (!id || id->empty()) return WsInvalid{{}, invalid_request("id is required", "id")};
   if (id->size() > kMaxWsClientIdBytes) {
     return WsInvalid{
@@ -37,8 +54,8 @@ WsClientFrame parse_ws_client_frame(std::string_view text, const ServedModel& se
   if (!type) return WsInvalid{*id, invalid_request("type is required", "type")};
   if (*type == "cancel") return WsCancel{*id};
   if (*type != "completion" && *type != "chat") {
-    return WsInvalid{*id, invalid_request("type must be \"completion\", \"chat\" or \"cancel\", "
-                                          "got \"" +
+    return WsInvalid{*id, invalid_request("type must be \"completion\", \"chat\", \"cancel\", "
+                                          "\"subscribe\" or \"unsubscribe\", got \"" +
                                               *type + "\"",
                                           "type")};
   }

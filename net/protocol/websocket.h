@@ -8,6 +8,7 @@
 //   {"type": "completion", "id": "<client id>", ...POST /v1/completions fields}
 //   {"type": "chat", "id": "<client id>", "messages": [...], ...chat fields}
 //   {"type": "cancel", "id": "<client id>"}
+//   {"type": "subscribe" | "unsubscribe", "topic": "kv"}   the KV block map (kv_frames.h)
 // Server frames:
 //   {"type": "token", "id", "index", "token_ids": [...], "text"}   one per engine event
 //     (+ "logprobs": [per token], and "top_logprobs": [per token [{"token_id", "token",
@@ -40,11 +41,18 @@ struct WsStart {
 struct WsCancel {
   std::string id;  // the request to cancel
 };
+struct WsSubscribe {
+  std::string topic;  // "kv": the KV block map and engine gauges (net/protocol/kv_frames.h)
+  bool subscribe = true;  // false: unsubscribe
+};
 struct WsInvalid {
   std::string id;  // the frame's id when it had a readable one, else "" (sent as null)
   ApiError error;  // send ws_error_frame(id, error); the connection stays open
 };
-using WsClientFrame = std::variant<WsStart, WsCancel, WsInvalid>;
+using WsClientFrame = std::variant<WsStart, WsCancel, WsSubscribe, WsInvalid>;
+
+// The topics a client may subscribe to.
+inline constexpr std::string_view kWsTopicKv = "kv";
 
 WsClientFrame parse_ws_client_frame(std::string_view text, const ServedModel& served);
 

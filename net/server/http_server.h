@@ -67,6 +67,9 @@ struct HttpServerConfig {
   size_t sse_max_queued_events = 4096;
   int num_io_threads = 1;
   std::chrono::milliseconds stats_log_interval{10000};  // periodic engine line; 0: off
+  // The playground page (GET /, GET /ui/*; docs/playground.md), open without a key: it asks
+  // for one. false (--no-ui): those paths are 404 like any unknown path.
+  bool serve_ui = true;
   // One line per request and the periodic engine line; default: stderr.
   std::function<void(std::string_view)> log;
 };

@@ -334,7 +334,8 @@ asio::awaitable<bool> handle_request(Session<Stream>& s, Request& req) {
                          beast::websocket::is_upgrade(req),
                          req["X-Api-Key"],
                          req[http::field::origin],
-                         req[http::field::access_control_request_method]};
+                         req[http::field::access_control_request_method],
+                         req[http::field::sec_websocket_protocol]};
   const AccessPolicy& access = s.state->access();
   s.cors_origin = cors_allowed_origin(access.allowed_origins, input.origin).value_or("");
   Route route = route_request(input, s.state->served(), access);

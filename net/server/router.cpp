@@ -6,6 +6,7 @@
 #include "net/protocol/chat.h"
 #include "net/protocol/completions.h"
 #include "net/protocol/endpoints.h"
+#include "net/ui/ui_assets.h"
 
 namespace pagedserve::net {
 namespace {
@@ -44,6 +45,53 @@ std::optional<std::string_view> bearer_token(std::string_view authorization) {
   return authorization.substr(kBearer.size());
 }
 
+// The entries of a comma-separated header list, trimmed.
+template <class Fn>
+void for_each_list_entry(std::string_view list, Fn fn) {
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    std::string_view entry = list.substr(0, comma);
+    while (!entry.empty() && (entry.front() == ' ' || entry.front() == '\t')) entry.remove_prefix(1);
+    while (!entry.empty() && (entry.back() == ' ' || entry.back() == '\t')) entry.remove_suffix(1);
+    if (!entry.empty()) fn(entry);
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+}
+
+std::optional<std::string> decode_base64url(std::string_view text) {
+  std::string out;
+  uint32_t bits = 0;
+  int num_bits = 0;
+  for (char c : text) {
+    int value = -1;
+    if (c >= 'A' && c <= 'Z') value = c - 'A';
+    if (c >= 'a' && c <= 'z') value = c - 'a' + 26;
+    if (c >= '0' && c <= '9') value = c - '0' + 52;
+    if (c == '-') value = 62;
+    if (c == '_') value = 63;
+    if (value < 0) return std::nullopt;
+    bits = (bits << 6) | static_cast<uint32_t>(value);
+    num_bits += 6;
+    if (num_bits >= 8) {
+      num_bits -= 8;
+      out.push_back(static_cast<char>((bits >> num_bits) & 0xff));
+    }
+  }
+  return out;
+}
+
+// GET / and /ui/<file>: the embedded playground page, when the server serves it.
+std::optional<HttpResponse> ui_response(std::string_view method, std::string_view path) {
+  if (method != "GET") return std::nullopt;
+  const std::optional<ui::UiAsset> asset = ui::find_ui_asset(path);
+  if (!asset) return std::nullopt;
+  HttpResponse response;
+  response.content_type = std::string(asset->content_type);
+  response.body = std::string(asset->body);
+  return response;
+}
+
 Route route_generation(const RouteInput& input, std::string_view path, const ServedModel& served) {
   if (input.method != "POST") return method_not_allowed_response(input.method, path);
   Result<GenerationRequest> parsed = path == "/v1/completions"
@@ -63,6 +111,23 @@ bool is_authorized(std::string_view path, std::string_view authorization,
   const bool by_bearer = bearer && matches_any_key(*bearer, api_keys);
   const bool by_header = !x_api_key.empty() && matches_any_key(x_api_key, api_keys);
   return by_bearer || by_header;
+}
+
+bool offers_websocket_protocol(std::string_view protocols, std::string_view name) {
+  bool found = false;
+  for_each_list_entry(protocols, [&](std::string_view entry) { found = found || entry == name; });
+  return found;
+}
+
+std::optional<std::string> websocket_protocol_key(std::string_view protocols) {
+  std::optional<std::string> key;
+  for_each_list_entry(protocols, [&](std::string_view entry) {
+    if (!key && entry.starts_with(kWebSocketKeyProtocolPrefix)) {
+      key = decode_base64url(entry.substr(kWebSocketKeyProtocolPrefix.size()));
+    }
+  });
+  if (key && key->empty()) return std::nullopt;
+  return key;
 }
 
 std::optional<std::string> cors_allowed_origin(const std::vector<std::string>& allowed_origins,
@@ -113,8 +178,18 @@ Route route_request(const RouteInput& input, const ServedModel& served,
       cors_allowed_origin(access.allowed_origins, input.origin)) {
     return RoutePreflight{};
   }
+  // The page is static and holds no secret; it asks the user for the key.
+  if (access.open_ui) {
+    if (std::optional<HttpResponse> page = ui_response(input.method, path)) return std::move(*page);
+  }
+  const bool websocket_path = path == kWebSocketPath || path == kWebSocketAliasPath;
   if (!is_authorized(path, input.authorization, input.x_api_key, access.api_keys)) {
-    return error_response(unauthorized_error());
+    // A browser's WebSocket can only offer the key as a subprotocol (see router.h).
+    const std::optional<std::string> protocol_key =
+        websocket_path ? websocket_protocol_key(input.websocket_protocols) : std::nullopt;
+    if (!protocol_key || !matches_any_key(*protocol_key, access.api_keys)) {
+      return error_response(unauthorized_error());
+    }
   }
   if (path == "/v1/completions" || path == "/v1/chat/completions") {
     return route_generation(input, path, served);
@@ -123,7 +198,7 @@ Route route_request(const RouteInput& input, const ServedModel& served,
     if (input.method != "GET") return method_not_allowed_response(input.method, path);
     return RouteMetrics{};
   }
-  if (path == kWebSocketPath || path == kWebSocketAliasPath) {
+  if (websocket_path) {
     if (input.method != "GET") return method_not_allowed_response(input.method, path);
     if (!input.websocket_upgrade) {
       ApiError error = invalid_request("GET " + std::string(path) +

@@ -7,6 +7,10 @@
 // "Authorization: Bearer <key>" (OpenAI's and vLLM's way) or "X-Api-Key: <key>" (llama.cpp's,
 // also Anthropic-style clients); /health is for load balancers, /metrics for scrapers. A CORS
 // preflight (OPTIONS from an allowed origin) needs no key either: browsers never send one.
+// A browser's WebSocket cannot send headers, so the upgrade may instead offer the key as a
+// subprotocol: "Sec-WebSocket-Protocol: pagedserve, pagedserve.key.<base64url(key)>"; the
+// server then answers with the subprotocol "pagedserve" (never echoing the key token).
+// The playground page (GET / and /ui/*, embedded in the binary) is open: it asks for the key.
 #pragma once
 
 #include <optional>
@@ -28,7 +32,13 @@ inline constexpr std::string_view kWebSocketAliasPath = "/v1/ws";
 struct AccessPolicy {
   std::vector<std::string> api_keys;         // empty: no authentication
   std::vector<std::string> allowed_origins;  // empty: CORS off; "*": any origin
+  bool open_ui = false;                      // serve the playground page (no key needed)
 };
+
+// The subprotocol a browser offers on the WebSocket upgrade, and the prefix of the one that
+// carries its API key (base64url, no padding).
+inline constexpr std::string_view kWebSocketProtocol = "pagedserve";
+inline constexpr std::string_view kWebSocketKeyProtocolPrefix = "pagedserve.key.";
 
 struct RouteInput {
   std::string_view method;         // as on the wire: "GET", "POST", ...
@@ -39,6 +49,7 @@ struct RouteInput {
   std::string_view x_api_key;         // the X-Api-Key header ("" when absent)
   std::string_view origin;            // the Origin header ("" when absent)
   std::string_view preflight_method;  // Access-Control-Request-Method ("" when absent)
+  std::string_view websocket_protocols;  // Sec-WebSocket-Protocol ("" when absent)
 };
 
 struct RouteGenerate {  // POST /v1/completions or /v1/chat/completions, parsed and valid
@@ -58,6 +69,11 @@ Route route_request(const RouteInput& input, const ServedModel& served, const Ac
 // taken can reveal).
 bool is_authorized(std::string_view path, std::string_view authorization,
                    std::string_view x_api_key, const std::vector<std::string>& api_keys);
+// Whether a Sec-WebSocket-Protocol list offers `name` (comma-separated, spaces ignored).
+bool offers_websocket_protocol(std::string_view protocols, std::string_view name);
+// The key carried by a "pagedserve.key.<base64url>" entry of the list, or nullopt when there
+// is none or it does not decode.
+std::optional<std::string> websocket_protocol_key(std::string_view protocols);
 ApiError unauthorized_error();                   // 401, code "invalid_api_key"
 ApiError body_too_large_error(size_t limit);     // 413
 ApiError bad_http_error(std::string_view what);  // 400 for a request Beast could not parse

@@ -57,7 +57,7 @@ ServerState::ServerState(actors::Engine& engine, HttpServerConfig config)
     : engine_(engine),
       config_(std::move(config)),
       served_(served_model_for(engine, config_)),
-      access_{config_.api_keys, config_.allowed_origins} {}
+      access_{config_.api_keys, config_.allowed_origins, config_.serve_ui} {}
 
 // Waiting = requests in flight beyond the max_num_seqs the engine can run at once. (The
 // scheduler's own num_waiting_seqs lags and counts requests just added that are about to run,

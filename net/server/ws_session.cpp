@@ -9,6 +9,12 @@
 // with "slow_reader" (its unsent frames dropped, the engine request aborted); the error frame
 // and a request's final frames go past the bound, so every request ends as the protocol says.
 // While the queue is full the reader stops reading, so a flooding client is throttled by TCP.
+//
+// The "kv" topic (net/protocol/kv_frames.h): a subscribed connection runs a feed coroutine that
+// wakes every kKvFeedInterval and, unless its previous kv frame is still queued or being
+// written, queues one frame bringing the client to the engine's latest block map. So a client
+// gets at most 10 kv frames a second, a slow one fewer (each a larger delta), and a client that
+// never reads holds one frame and one snapshot, never a growing queue; the engine never waits.
 #include "net/server/ws_session.h"
 
 #include <boost/asio/as_tuple.hpp>
@@ -24,6 +30,7 @@
 #include <deque>
 #include <map>
 
+#include "net/protocol/kv_frames.h"
 #include "net/protocol/metrics.h"
 #include "net/protocol/websocket.h"
 
@@ -35,6 +42,7 @@ namespace http = beast::http;
 namespace websocket = beast::websocket;
 using Clock = std::chrono::steady_clock;
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+constexpr std::chrono::milliseconds kKvFeedInterval{100};  // <= 10 kv frames a second
 
 // A start frame while --max-ws-streams requests run on this socket: refused, socket kept
 // (429-like: the client may retry once one of its streams ended).
@@ -81,7 +89,8 @@ class WsConnection : public std::enable_shared_from_this<WsConnection<Stream>> {
         peer_(std::move(peer)),
         outbox_changed_(strand_),
         space_freed_(strand_),
-        writer_done_(strand_) {}
+        writer_done_(strand_),
+        kv_timer_(strand_) {}
 
   websocket::stream<Stream>& ws() { return ws_; }
   asio::any_io_executor strand() const { return strand_; }
@@ -100,6 +109,7 @@ class WsConnection : public std::enable_shared_from_this<WsConnection<Stream>> {
     while (!writer_finished_) co_await writer_done_.wait();
   }
   static asio::awaitable<void> run_writer(std::shared_ptr<WsConnection> self);
+  static asio::awaitable<void> run_kv_feed(std::shared_ptr<WsConnection> self);
 
   using std::enable_shared_from_this<WsConnection<Stream>>::weak_from_this;
 
@@ -113,6 +123,7 @@ class WsConnection : public std::enable_shared_from_this<WsConnection<Stream>> {
   struct Outgoing {
     uint64_t key = 0;  // the request it belongs to (0: none)
     std::string frame;
+    bool kv = false;  // a frame of the "kv" topic
   };
 
   void start(WsStart start);
@@ -121,6 +132,9 @@ class WsConnection : public std::enable_shared_from_this<WsConnection<Stream>> {
   void fail_slow_reader(uint64_t key);
   void finish(uint64_t key, std::string_view how);
   void send(uint64_t key, std::string frame);
+  void subscribe(const WsSubscribe& subscription);
+  void queue_kv_frame();
+  KvRequestLabels kv_request_labels() const;
   void close_socket();
   actors::TokenCallback callback(uint64_t key, size_t prompt_index);
 
@@ -139,6 +153,12 @@ class WsConnection : public std::enable_shared_from_this<WsConnection<Stream>> {
   bool closing_ = false;   // send what is queued, then the close frame
   bool ended_ = false;     // the socket is gone
   bool writer_finished_ = false;
+  // The "kv" topic: the watch keeps the engine publishing; the feed remembers what was sent.
+  std::unique_ptr<actors::KvMapWatch> kv_watch_;
+  KvFeed kv_feed_;
+  asio::steady_timer kv_timer_;
+  bool kv_feed_running_ = false;
+  bool kv_frame_pending_ = false;  // a kv frame is queued or being written
 };
 
 template <class Stream>
@@ -163,8 +183,61 @@ void WsConnection<Stream>::on_client_frame(std::string_view text) {
   WsClientFrame frame = parse_ws_client_frame(text, state_->served());
   if (auto* start_frame = std::get_if<WsStart>(&frame)) return start(std::move(*start_frame));
   if (auto* cancel_frame = std::get_if<WsCancel>(&frame)) return cancel(cancel_frame->id);
+  if (auto* subscription = std::get_if<WsSubscribe>(&frame)) return subscribe(*subscription);
   const WsInvalid& invalid = std::get<WsInvalid>(frame);
   send(0, ws_error_frame(invalid.id, invalid.error));
+}
+
+template <class Stream>
+void WsConnection<Stream>::subscribe(const WsSubscribe& subscription) {
+  if (!subscription.subscribe) {
+    kv_watch_.reset();  // the feed ends at its next tick
+    return;
+  }
+  if (!kv_watch_) kv_watch_ = state_->engine().watch_kv_map();
+  kv_feed_.reset();  // a (re)subscribe starts with a full snapshot
+  if (kv_feed_running_) return;
+  kv_feed_running_ = true;
+  asio::co_spawn(strand_, run_kv_feed(this->shared_from_this()), asio::detached);
+}
+
+template <class Stream>
+KvRequestLabels WsConnection<Stream>::kv_request_labels() const {
+  KvRequestLabels labels;
+  for (const auto& [key, live] : live_) {
+    for (size_t i = 0; i < live.streams.size(); ++i) {
+      labels[live.streams[i]->request_id()] =
+          i == 0 ? live.frames.id() : live.frames.id() + "/" + std::to_string(i);
+    }
+  }
+  return labels;
+}
+
+// One frame to the engine's latest map, unless the previous one has not left yet: then this
+// tick is skipped and the next frame's delta covers both (coalescing).
+template <class Stream>
+void WsConnection<Stream>::queue_kv_frame() {
+  if (kv_frame_pending_ || ended_ || closing_) return;
+  actors::Engine& engine = state_->engine();
+  const int64_t t_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           Clock::now().time_since_epoch())
+                           .count();
+  std::string frame = kv_feed_.next_frame(engine.kv_map(), engine.stats(), kv_request_labels(), t_ms);
+  if (frame.empty()) return;  // nothing published yet
+  outbox_.push_back(Outgoing{0, std::move(frame), true});
+  kv_frame_pending_ = true;
+  outbox_changed_.notify();
+}
+
+template <class Stream>
+asio::awaitable<void> WsConnection<Stream>::run_kv_feed(std::shared_ptr<WsConnection> self) {
+  while (!self->ended_ && self->kv_watch_) {
+    self->kv_timer_.expires_after(kKvFeedInterval);
+    co_await self->kv_timer_.async_wait(kTuple);
+    if (self->ended_ || !self->kv_watch_) break;
+    self->queue_kv_frame();
+  }
+  self->kv_feed_running_ = false;
 }
 
 template <class Stream>
@@ -279,6 +352,8 @@ void WsConnection<Stream>::end() {
   live_.clear();  // drops the streams: the engine aborts what is still running
   keys_.clear();
   outbox_.clear();
+  kv_watch_.reset();
+  kv_timer_.cancel();
   close_socket();
   outbox_changed_.notify();
   space_freed_.notify();
@@ -297,9 +372,11 @@ asio::awaitable<void> WsConnection<Stream>::run_writer(std::shared_ptr<WsConnect
       continue;
     }
     const std::string frame = std::move(self->outbox_.front().frame);
+    const bool kv = self->outbox_.front().kv;
     self->outbox_.pop_front();
     self->space_freed_.notify();
     auto [ec, bytes] = co_await self->ws_.async_write(asio::buffer(frame), kTuple);
+    if (kv) self->kv_frame_pending_ = false;
     if (ec) {
       self->close_socket();  // the reader then ends the connection
       break;
@@ -340,6 +417,13 @@ asio::awaitable<void> run_websocket_session(std::shared_ptr<ServerState> state, 
   conn->ws().set_option(timeout);
   conn->ws().read_message_max(state->config().max_body_bytes);
   conn->ws().text(true);
+  // A browser that offered our subprotocol (it may carry its API key: router.h) fails the
+  // handshake unless the answer names one it offered; never the key entry.
+  if (offers_websocket_protocol(upgrade[http::field::sec_websocket_protocol], kWebSocketProtocol)) {
+    conn->ws().set_option(websocket::stream_base::decorator([](websocket::response_type& response) {
+      response.set(http::field::sec_websocket_protocol, kWebSocketProtocol);
+    }));
+  }
   auto [ec] = co_await conn->ws().async_accept(upgrade, kTuple);
   if (ec) co_return;
   const uint64_t id =

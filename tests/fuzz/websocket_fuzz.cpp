@@ -126,6 +126,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(error.at("type") == "error", text);
   } else if (const auto* cancel = std::get_if<net::WsCancel>(&frame)) {
     FUZZ_CHECK(!cancel->id.empty() && cancel->id.size() <= net::kMaxWsClientIdBytes, cancel->id);
+  } else if (const auto* subscription = std::get_if<net::WsSubscribe>(&frame)) {
+    FUZZ_CHECK(subscription->topic == net::kWsTopicKv, subscription->topic);
   } else {
     const auto& start = std::get<net::WsStart>(frame);
     FUZZ_CHECK(!start.id.empty() && start.id.size() <= net::kMaxWsClientIdBytes, start.id);

@@ -240,6 +240,10 @@ void WsClient::disconnect() {
 }
 
 int ws_handshake_status(uint16_t port, const std::string& target, const Headers& headers) {
+  return ws_handshake(port, target, headers).status;
+}
+
+HttpResult ws_handshake(uint16_t port, const std::string& target, const Headers& headers) {
   Headers upgrade = headers;
   upgrade["Connection"] = "Upgrade";
   upgrade["Upgrade"] = "websocket";
@@ -252,7 +256,14 @@ int ws_handshake_status(uint16_t port, const std::string& target, const Headers&
   beast::flat_buffer buffer;
   http::response_parser<http::empty_body> parser;
   http::read_header(socket, buffer, parser);
-  return static_cast<int>(parser.get().result_int());
+  HttpResult result;
+  result.status = static_cast<int>(parser.get().result_int());
+  for (const auto& field : parser.get()) {
+    std::string name(field.name_string());
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    result.headers[name] = std::string(field.value());
+  }
+  return result;
 }
 
 // ---- the server under test ----

@@ -86,6 +86,8 @@ class WsClient {
 
 // Reads the server's WebSocket handshake answer for an upgrade request (status only).
 int ws_handshake_status(uint16_t port, const std::string& target, const Headers& headers = {});
+// The same, with the answer's headers (names lower-cased).
+HttpResult ws_handshake(uint16_t port, const std::string& target, const Headers& headers = {});
 
 // The engine on stories260K (a small KV pool) and the server on 127.0.0.1:0.
 class TestServer {
