@@ -154,6 +154,10 @@ struct EngineStats {
   // Steps planned while the one before was still running (overlap scheduling).
   int64_t num_steps_planned_ahead = 0;
   StageSeconds stage_s;
+  // Speculative decoding: sequence-steps that verified proposals, tokens proposed, accepted.
+  int64_t num_spec_rows = 0;
+  int64_t num_spec_proposed_tokens = 0;
+  int64_t num_spec_accepted_tokens = 0;
 };
 
 class Engine {

@@ -266,6 +266,9 @@ runtime::Task<void> SchedulerActor::State::recover_from_fault() {
   retired_stats.num_preemptions_swap += old.num_preemptions_swap;
   retired_stats.num_preemptions_recompute += old.num_preemptions_recompute;
   retired_stats.num_steps_planned_ahead += old.num_steps_planned_ahead;
+  retired_stats.num_spec_rows += old.num_spec_rows;
+  retired_stats.num_spec_proposed_tokens += old.num_spec_proposed_tokens;
+  retired_stats.num_spec_accepted_tokens += old.num_spec_accepted_tokens;
   retired_stats.peak_used_blocks = std::max(retired_stats.peak_used_blocks, old.peak_used_blocks);
   const cache::KvMemorySnapshot memory = scheduler->memory_snapshot();
   retired_prefix_queries_tokens += memory.prefix_cache_queries_tokens;
@@ -460,6 +463,11 @@ void SchedulerActor::State::publish_stats() {
   counts.num_steps_planned_ahead =
       sched.num_steps_planned_ahead + retired_stats.num_steps_planned_ahead;
   counts.num_generated_tokens = num_generated_tokens;
+  counts.num_spec_rows = sched.num_spec_rows + retired_stats.num_spec_rows;
+  counts.num_spec_proposed_tokens =
+      sched.num_spec_proposed_tokens + retired_stats.num_spec_proposed_tokens;
+  counts.num_spec_accepted_tokens =
+      sched.num_spec_accepted_tokens + retired_stats.num_spec_accepted_tokens;
   stats.publish(counts);
 }
 

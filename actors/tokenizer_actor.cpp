@@ -149,7 +149,14 @@ TokenEvent TokenizerActor::make_event(LiveRequest& live, runtime::OutputDelta& d
   call_fault_hook(faults_, &FaultHooks::before_detokenize, delta.request_id,
                   std::span<const int32_t>(delta.token_ids));
   SequenceText& text = output(live, delta.index);
+  const int before = text.num_tokens();
   text.push(delta.token_ids);
+  // Several tokens in one step (speculative decoding): none after the stop string's.
+  const size_t consumed = static_cast<size_t>(text.num_tokens() - before);
+  if (text.stopped() && consumed < delta.token_ids.size()) {
+    delta.token_ids.resize(consumed);
+    if (delta.logprobs.size() > consumed) delta.logprobs.resize(consumed);
+  }
   const bool sequence_over = !delta.sequence_finish_reason.empty();
   if (sequence_over) text.finish();
   event.text = text.take_delta(sequence_over || text.stopped());
