@@ -73,6 +73,10 @@ struct TokenEvent {
   int num_prompt_tokens = 0;
   int num_cached_tokens = 0;  // prompt tokens served by the prefix cache
   std::string error;          // set when finish_reason is "error"
+  // Speculative decoding, over the request so far (0 when it is off): tokens proposed, and
+  // of those accepted.
+  int64_t num_proposed_tokens = 0;
+  int64_t num_accepted_tokens = 0;
 };
 
 // Called on the tokenizer actor's thread, in order, once per event. It must not block (post

@@ -409,6 +409,8 @@ void SchedulerActor::State::collect(std::vector<RequestUpdate> updates) {
       delta.token_ids = std::move(seq.new_token_ids);
       delta.logprobs = std::move(seq.logprobs);
       delta.num_cached_tokens = update.num_cached_tokens;
+      delta.num_proposed_tokens = update.num_proposed_tokens;
+      delta.num_accepted_tokens = update.num_accepted_tokens;
       outbox.push_back(std::move(delta));
       it->second.streamed = true;
     }
@@ -431,6 +433,8 @@ void SchedulerActor::State::collect(std::vector<RequestUpdate> updates) {
     end.request_id = update.request_id;
     end.finished = true;
     end.num_cached_tokens = update.num_cached_tokens;
+    end.num_proposed_tokens = update.num_proposed_tokens;
+    end.num_accepted_tokens = update.num_accepted_tokens;
     FinishReason reason = FinishReason::kAbort;
     if (!update.outputs.empty()) reason = update.outputs.front().finish_reason;
     if (!update.error.empty()) reason = FinishReason::kError;

@@ -145,6 +145,8 @@ TokenEvent TokenizerActor::make_event(LiveRequest& live, runtime::OutputDelta& d
   event.index = delta.index;
   event.num_prompt_tokens = static_cast<int>(live.prompt_ids.size());
   event.num_cached_tokens = delta.num_cached_tokens;
+  event.num_proposed_tokens = delta.num_proposed_tokens;
+  event.num_accepted_tokens = delta.num_accepted_tokens;
   if (live.ended.count(delta.index)) return event;  // tokens that raced with a stop string
   call_fault_hook(faults_, &FaultHooks::before_detokenize, delta.request_id,
                   std::span<const int32_t>(delta.token_ids));
@@ -189,6 +191,8 @@ std::vector<TokenEvent> TokenizerActor::end_outputs(LiveRequest& live,
     event.index = index;
     event.num_prompt_tokens = static_cast<int>(live.prompt_ids.size());
     event.num_cached_tokens = end.num_cached_tokens;
+    event.num_proposed_tokens = end.num_proposed_tokens;
+    event.num_accepted_tokens = end.num_accepted_tokens;
     event.text = text.take_delta(true);
     event.sequence_finished = true;
     event.finish_reason = text.stopped() ? "stop" : end.finish_reason;
