@@ -76,6 +76,10 @@ struct TokenEvent {
   int num_prompt_tokens = 0;
   int num_cached_tokens = 0;  // prompt tokens served by the prefix cache
   std::string error;          // set when finish_reason is "error"
+  // Speculative decoding, over the request so far (0 when it is off): tokens proposed, and
+  // of those accepted.
+  int64_t num_proposed_tokens = 0;
+  int64_t num_accepted_tokens = 0;
 };
 
 // Called on the tokenizer actor's thread, in order, once per event. It must not block (post
@@ -173,6 +177,10 @@ struct EngineStats {
   // Steps planned while the one before was still running (overlap scheduling).
   int64_t num_steps_planned_ahead = 0;
   StageSeconds stage_s;
+  // Speculative decoding: sequence-steps that verified proposals, tokens proposed, accepted.
+  int64_t num_spec_rows = 0;
+  int64_t num_spec_proposed_tokens = 0;
+  int64_t num_spec_accepted_tokens = 0;
 };
 
 class Engine {

@@ -42,6 +42,7 @@ void set_up_scheduler(EngineSetup& setup, int num_cpu_blocks, const std::vector<
   sched.max_model_len = config.max_model_len;
   sched.max_num_batched_tokens = config.max_num_batched_tokens;
   sched.kv_allocator = config.kv_allocator;
+  sched.speculative = config.speculative;
   sched.eos_token_ids.assign(model_eos.begin(), model_eos.end());
   if (auto eos = setup.tokenizer->eos_token_id();
       eos && std::find(sched.eos_token_ids.begin(), sched.eos_token_ids.end(), *eos) ==
@@ -156,8 +157,20 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
                                 std::to_string(config.block_size));
   }
   if (config.max_num_seqs < 1) throw std::invalid_argument("--max-num-seqs must be at least 1");
+  if (std::string problem = config.speculative.validate(); !problem.empty()) {
+    throw std::invalid_argument("--speculative: " + problem);
+  }
+  if (config.speculative.enabled() && config.kv_allocator != cache::KvAllocatorKind::kPaged) {
+    throw std::invalid_argument("--speculative needs --kv-allocator paged");
+  }
+  if (config.device == "sim" && config.speculative.enabled()) {
+    throw std::invalid_argument("--speculative runs on the CPU executor only (not --device sim)");
+  }
   if (config.device == "sim") return set_up_sim_engine(std::move(setup));
   config.device = resolve_device(config.device);
+  if (config.device != "cpu" && config.speculative.enabled()) {
+    throw std::invalid_argument("--speculative runs on the CPU executor only (use --device cpu)");
+  }
   const bool cuda = config.device == "cuda";
   const model::WeightFormat weight_format = resolve_weight_format(config.quantization);
   if (cuda && weight_format.quantization) {

@@ -62,6 +62,9 @@ struct EngineConfig {
   // window), so a long generation holds about window / block_size + 2 blocks. CPU executor only
   // (the CUDA executor checks every table entry). Off keeps them: the tests compare.
   bool free_blocks_outside_window = true;
+  // Speculative decoding (--speculative ngram ...; docs/speculative-decoding.md). CPU executor
+  // and paged allocator only: set_up_engine refuses it elsewhere.
+  SpeculativeConfig speculative;
 };
 
 struct EngineSetup {

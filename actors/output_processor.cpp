@@ -26,11 +26,18 @@ SequenceOutput OutputProcessor::process_sequence(uint64_t request_id, Request& r
 
   out.new_token_ids = update.new_token_ids;
   out.logprobs = update.logprobs;
+  const int before = seq->num_tokens();
   seq->push(update.new_token_ids);
+  // Several tokens in one step (speculative decoding): none after the stop string's.
+  const size_t consumed = static_cast<size_t>(seq->num_tokens() - before);
+  if (seq->stopped() && consumed < out.new_token_ids.size()) {
+    out.new_token_ids.resize(consumed);
+    if (out.logprobs.size() > consumed) out.logprobs.resize(consumed);
+  }
   if (update.finished()) seq->finish();
   if (seq->stopped()) {
     // A sequence the scheduler already ended (e.g. by length) needs no stop call.
-    if (!update.finished()) stops.push_back({request_id, update.index});
+    if (!update.finished()) stops.push_back({request_id, update.index, seq->num_tokens()});
     out.finish_reason = FinishReason::kStop;
   }
   out.text_delta = seq->take_delta(out.finish_reason != FinishReason::kNone);
@@ -47,7 +54,12 @@ CompletionOutput OutputProcessor::completion(Request& request,
   auto seq = request.seqs.find(done.source_index);
   if (done.source_index >= 0 && seq != request.seqs.end()) {
     out.text = seq->second->text();
-    if (seq->second->stopped()) out.finish_reason = FinishReason::kStop;
+    if (seq->second->stopped()) {
+      out.finish_reason = FinishReason::kStop;
+      // The scheduler ended it in the same step, tokens after the stop string included.
+      const size_t kept = static_cast<size_t>(seq->second->num_tokens());
+      if (out.token_ids.size() > kept) out.token_ids.resize(kept);
+    }
     return out;
   }
   // Beam search (or a sequence that never produced a token): decode it whole, with the prompt
@@ -93,7 +105,8 @@ std::vector<RequestOutput> process_step(Scheduler& scheduler, OutputProcessor& p
   while (!stops.empty()) {
     std::vector<RequestUpdate> finals;
     for (const SequenceStop& stop : stops) {
-      if (auto final_update = scheduler.stop_sequence(stop.request_id, stop.index)) {
+      if (auto final_update =
+              scheduler.stop_sequence(stop.request_id, stop.index, stop.num_tokens)) {
         finals.push_back(std::move(*final_update));
       }
     }

@@ -56,6 +56,9 @@ struct RequestOutput {
 struct SequenceStop {
   uint64_t request_id = 0;
   int index = 0;
+  // Tokens the sequence keeps: a step that verified speculative proposals may have appended
+  // tokens after the one that completed the stop string; they are dropped. -1: all.
+  int num_tokens = -1;
 };
 
 class OutputProcessor {

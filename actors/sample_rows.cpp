@@ -49,14 +49,24 @@ void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<cons
                       size_t vocab, kernels::ThreadPool* pool, std::vector<SequenceStepOutput>& out,
                       GrammarRowStates* grammars, uint64_t step_id) {
   std::vector<size_t> sampling_seqs;           // row r -> index in seqs
+  std::vector<size_t> first_logits;            // row r -> its first row of logits
   std::vector<GrammarRowState*> row_grammars;  // [row], null when unconstrained
+  size_t num_logit_rows = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (!seqs[i].sample) continue;
     if (!seqs[i].sampling) {
       throw std::invalid_argument("sequence " + std::to_string(seqs[i].seq_id) +
                                   " samples but has no sampling params");
     }
+    if (seqs[i].num_proposed_tokens > 0 &&
+        (seqs[i].sample_seeds.size() != 1 || seqs[i].sampling->grammar ||
+         seqs[i].num_top_logprobs > 0)) {
+      throw std::invalid_argument("sequence " + std::to_string(seqs[i].seq_id) +
+                                  " verifies proposals but is not a single-draw decode");
+    }
     sampling_seqs.push_back(i);
+    first_logits.push_back(num_logit_rows);
+    num_logit_rows += 1 + static_cast<size_t>(std::max(seqs[i].num_proposed_tokens, 0));
     GrammarRowState* state = nullptr;
     if (seqs[i].sampling->grammar) {
       if (grammars == nullptr) {
@@ -68,9 +78,9 @@ void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<cons
     row_grammars.push_back(state);
   }
   if (grammars != nullptr) grammars->prune(step_id);
-  if (logits.size() < sampling_seqs.size() * vocab) {
-    throw std::invalid_argument("sample_step_rows: " + std::to_string(sampling_seqs.size()) +
-                                " sampling rows but logits for " +
+  if (logits.size() < num_logit_rows * vocab) {
+    throw std::invalid_argument("sample_step_rows: " + std::to_string(num_logit_rows) +
+                                " rows of logits wanted but logits for " +
                                 std::to_string(vocab == 0 ? 0 : logits.size() / vocab));
   }
   // Pool tasks must not throw: each row keeps its error, the first is rethrown below.
@@ -81,7 +91,13 @@ void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<cons
         const size_t r = static_cast<size_t>(row);
         const size_t i = sampling_seqs[r];
         try {
-          out[i] = sample_row(seqs[i], logits.subspan(r * vocab, vocab), row_grammars[r]);
+          if (seqs[i].num_proposed_tokens > 0) {
+            const size_t rows = 1 + static_cast<size_t>(seqs[i].num_proposed_tokens);
+            out[i] = verify_row(seqs[i], logits.subspan(first_logits[r] * vocab, rows * vocab));
+          } else {
+            out[i] = sample_row(seqs[i], logits.subspan(first_logits[r] * vocab, vocab),
+                                row_grammars[r]);
+          }
         } catch (...) {
           errors[r] = std::current_exception();
         }
@@ -123,6 +139,47 @@ SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const floa
     std::vector<int32_t> drawn;
     for (const model::TokenLogprob& sample : out.samples) drawn.push_back(sample.token_id);
     out.reported_logprobs = model::sample_logprobs(raw_logits, drawn, *sampling.logprobs);
+  }
+  return out;
+}
+
+}  // namespace pagedserve::actors
+
+namespace pagedserve::actors {
+
+// Drawing position j exactly as a step without proposals would (the same penalties over the
+// same history, the same RNG stream (seed, sample_step + j)) and accepting the proposal when the
+// draw equals it is the rejection rule for a point-mass draft: the proposal x is kept with
+// probability p(x), and on a mismatch the draw is distributed as p with x removed,
+// renormalised. So the tokens are exactly those of the same request without speculation.
+SequenceStepOutput verify_row(const ScheduledSequence& seq, std::span<const float> logits) {
+  const model::SamplingParams& sampling = *seq.sampling;
+  const int num_proposed = seq.num_proposed_tokens;
+  const size_t vocab = logits.size() / static_cast<size_t>(num_proposed + 1);
+  const size_t first_proposal = seq.new_token_ids.size() - static_cast<size_t>(num_proposed);
+  std::vector<int32_t> history = seq.penalty_output_ids;  // grows with each accepted draw
+  std::vector<float> masked;
+  SequenceStepOutput out;
+  for (int j = 0; j <= num_proposed; ++j) {
+    const std::span<const float> raw = logits.subspan(static_cast<size_t>(j) * vocab, vocab);
+    std::span<const float> row = raw;
+    if (sampling.has_penalties() || !seq.banned_token_ids.empty()) {
+      masked.assign(raw.begin(), raw.end());
+      model::apply_penalties(masked, sampling, seq.penalty_prompt_ids, history);
+      ban_tokens(masked, seq.banned_token_ids);
+      row = masked;
+    }
+    // sample_row's call, so that the draw is bit for bit the one a lone step makes.
+    const model::TokenLogprob draw = model::sample_tokens_logprob(
+        row, sampling, std::span<const uint64_t>(seq.sample_seeds).first(1),
+        seq.sample_step + static_cast<uint64_t>(j))[0];
+    out.samples.push_back(draw);
+    if (sampling.logprobs) {
+      const int32_t drawn[1] = {draw.token_id};
+      out.reported_logprobs.push_back(model::sample_logprobs(raw, drawn, *sampling.logprobs)[0]);
+    }
+    if (j == num_proposed || draw.token_id != seq.new_token_ids[first_proposal + j]) break;
+    history.push_back(draw.token_id);
   }
   return out;
 }

@@ -13,7 +13,8 @@
 
 namespace pagedserve::actors {
 
-// Row r of logits ([rows, vocab]) belongs to the r-th sequence of seqs with sample set; its
+// Row r of logits ([rows, vocab]) belongs to the r-th sequence of seqs with sample set (a
+// sequence verifying K proposals takes K + 1 consecutive rows: verify_row); its
 // result goes to out[i] for that sequence's index i (out has seqs.size() entries). Rows are
 // independent and each is sampled the same way whichever thread takes it, so they are spread
 // over the pool (may be null). Throws std::invalid_argument for a sampling sequence without
@@ -28,5 +29,11 @@ void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<cons
 // the row's matcher state when constrained (advanced on the draw), else null.
 SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const float> raw_logits,
                               GrammarRowState* grammar = nullptr);
+
+// A row that verifies speculative proposals (ScheduledSequence::num_proposed_tokens = K > 0):
+// `logits` holds its K + 1 rows. Draws position 0, 1, ... in order as K + 1 single-token steps
+// would, and stops after the first draw that differs from its proposal (or after position K).
+// Penalties see the accepted draws; banned tokens apply to every position.
+SequenceStepOutput verify_row(const ScheduledSequence& seq, std::span<const float> logits);
 
 }  // namespace pagedserve::actors

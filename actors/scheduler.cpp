@@ -75,10 +75,17 @@ const char* preemption_mode_name(PreemptionMode mode) {
 
 Scheduler::Scheduler(const SchedulerConfig& config, const cache::BlockManagerConfig& blocks)
     : config_(config),
+      proposer_(config.speculative.ngram_min, config.speculative.ngram_max),
       release_window_blocks_(blocks.sliding_window > 0 &&
                              config.kv_allocator == cache::KvAllocatorKind::kPaged) {
   if (config_.max_num_batched_tokens < 1 || config_.max_num_seqs < 1) {
     throw std::invalid_argument("Scheduler: max_num_batched_tokens and max_num_seqs must be >= 1");
+  }
+  if (std::string problem = config_.speculative.validate(); !problem.empty()) {
+    throw std::invalid_argument("Scheduler: speculative decoding: " + problem);
+  }
+  if (config_.speculative.enabled() && config.kv_allocator != cache::KvAllocatorKind::kPaged) {
+    throw std::invalid_argument("Scheduler: speculative decoding needs the paged KV allocator");
   }
   if (config_.kv_placement != KvMemoryPlacement::kRemote) {
     owned_ = cache::make_kv_allocator(config.kv_allocator, blocks);
@@ -321,6 +328,12 @@ void Scheduler::register_in_flight(const StepInput& step) {
       entry.next_can_be_planned = false;
     }
   }
+  // Proposals for the next step need this one's tokens, and a sequence's speculative slots
+  // must be settled before its next append (see "Speculative decoding").
+  for (const ScheduledSequence& scheduled : step.seqs) {
+    if (scheduled.num_proposed_tokens > 0) entry.next_can_be_planned = false;
+  }
+  if (speculating_) entry.next_can_be_planned = false;
   in_flight_.push_back(std::move(entry));
 }
 
@@ -338,6 +351,8 @@ Scheduler::PlannedSeq Scheduler::plan_seq(const SequenceGroup& group, const Sequ
   const bool held = kv_->has_sequence(seq.seq_id);
   const cache::SeqReservation future = reservation(group, seq);
   int start = seq.num_computed_tokens;
+  // A decode may verify its proposals too: they come after its last token.
+  const int proposed = held && total - start == 1 ? static_cast<int>(seq.proposal.size()) : 0;
   if (!held) {
     planned.allocate = true;
     // From a view without the cache, the hint a probe brought back (see the file comment);
@@ -351,9 +366,10 @@ Scheduler::PlannedSeq Scheduler::plan_seq(const SequenceGroup& group, const Sequ
   // cached-free hit leaves the free queue, and a hit may be evicted by an earlier append of
   // this step before allocate runs; a shared partial last block is copied before a write).
   const int max_end = kv_->max_end_tokens(seq.seq_id, held, max_blocks, future);
-  int take = std::min({total - start, token_budget, max_end - start});
+  int take = std::min({total + proposed - start, token_budget, max_end - start});
   if (leave_last) take = std::min(take, total - start - 1);
   planned.num_tokens = std::max(take, 0);
+  planned.num_proposed = std::max(start + planned.num_tokens - total, 0);
   if (planned.num_tokens == 0) return planned;
   planned.num_blocks = kv_->blocks_to_hold(seq.seq_id, held, start + planned.num_tokens, future);
   return planned;
@@ -633,11 +649,16 @@ void Scheduler::emit_plan(const std::vector<PlannedGroup>& plans) {
       // Every slot before `start` is computed (or computing in a step in flight), so the next
       // slot is this step's earliest query: blocks wholly before its window are dead.
       if (release_window_blocks_) emit(cache::KvMemoryOp::release_before_window(seq.seq_id));
-      for (int i = start; i < start + planned.num_tokens; ++i) {
+      const int num_known = start + planned.num_tokens - planned.num_proposed;
+      for (int i = start; i < num_known; ++i) {
         // The token the step in flight samples: its block is hashed when update() knows it.
         const int32_t token = token_at(group, seq, i);
         emit(token == kPlaceholderToken ? cache::KvMemoryOp::append_pending(seq.seq_id)
                                         : cache::KvMemoryOp::append(seq.seq_id, token));
+      }
+      // Proposals: hashed only once update() has accepted them.
+      for (int i = num_known; i < start + planned.num_tokens; ++i) {
+        emit(cache::KvMemoryOp::append_speculative(seq.seq_id, planned_token(group, seq, i)));
       }
     }
   }
@@ -664,13 +685,15 @@ ScheduledSequence Scheduler::complete_seq(SequenceGroup& group, Sequence& seq,
   } else {
     const int start = seq.num_computed_tokens;
     for (int i = start; i < start + planned.num_tokens; ++i) {
-      scheduled.new_token_ids.push_back(token_at(group, seq, i));
+      scheduled.new_token_ids.push_back(planned_token(group, seq, i));
     }
+    scheduled.num_proposed_tokens = planned.num_proposed;
   }
   scheduled.num_computed_tokens = seq.num_computed_tokens;
   scheduled.block_table = std::move(state.blocks);  // each sequence runs once per step
-  scheduled.sample =
-      seq.num_computed_tokens + static_cast<int>(scheduled.new_token_ids.size()) == total;
+  scheduled.sample = seq.num_computed_tokens + static_cast<int>(scheduled.new_token_ids.size()) -
+                         scheduled.num_proposed_tokens ==
+                     total;
   if (!scheduled.sample) return scheduled;
 
   scheduled.sampling = group.shared_sampling;
@@ -725,6 +748,7 @@ cache::KvMemoryOps Scheduler::plan_step() {
   PlannedStep next;
   next.step.step_id = next_step_id_++;
   ++stats_.num_steps;
+  propose_tokens();
   // Decodes come first: one token per decoding sequence is reserved up front, and each running
   // group takes its reservation back when its turn comes; prefill chunks share what is left.
   Budget budget;
@@ -778,9 +802,12 @@ StepInput Scheduler::finish_step(cache::KvMemoryResult result) {
           group, *seq, planned_seq, allocation == allocations.end() ? nullptr : allocation->second,
           *state->second));
       // The step's tokens count as computed from now on, and its sample as pending, so that
-      // the next step can be planned before this one's update().
-      seq->num_computed_tokens += static_cast<int>(step.seqs.back().new_token_ids.size());
-      if (step.seqs.back().sample) ++seq->num_pending_samples;
+      // the next step can be planned before this one's update(). Proposals count once
+      // update() has accepted them.
+      const ScheduledSequence& scheduled = step.seqs.back();
+      seq->num_computed_tokens +=
+          static_cast<int>(scheduled.new_token_ids.size()) - scheduled.num_proposed_tokens;
+      if (scheduled.sample) ++seq->num_pending_samples;
     }
   }
   if (!step.seqs.empty()) {

@@ -34,6 +34,15 @@
 // can_schedule() is false while a step in flight samples a prompt that forks into best_of
 // children or a beam search step (forks and beam selection happen in update()); the caller
 // then waits for that step, as a synchronous loop does.
+//
+// Speculative decoding (config.speculative): when planning, each running sequence that decodes
+// may get up to K proposals (NgramProposer) appended after its last token as speculative slots
+// (BlockManager::append_speculative_token); the executor verifies them in the same forward pass
+// and update() appends the accepted draws one by one, with the usual stop checks, then settles
+// the slots (accepted kept, the rest truncated). A step that may carry proposals is never
+// followed by one planned ahead: proposals need every token known. The policy: none while more
+// than speculative.max_batch_seqs sequences run; none for beam search, grammars, a prompt's
+// first draw, a pending sample, or before min_tokens.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +55,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actors/ngram_proposer.h"
 #include "actors/sequence_group.h"
 #include "actors/step_messages.h"
 #include "cache/block_manager.h"
@@ -105,6 +115,9 @@ struct RequestUpdate {
   std::vector<CompletedSequence> outputs;
   int num_cached_tokens = 0;  // prompt tokens the prefix cache served at first admission
   std::string error;          // set when the request failed (finish reason kError)
+  // Speculative decoding, summed over the request's sequences so far.
+  int64_t num_proposed_tokens = 0;
+  int64_t num_accepted_tokens = 0;
 };
 
 // Where the KV allocator lives and what the Scheduler plans from (see "KV memory" above).
@@ -144,6 +157,9 @@ struct SchedulerConfig {
   // The reserving allocators always need their whole region, so this only changes paged.
   bool admit_whole_prompt_only = true;
   KvMemoryPlacement kv_placement = KvMemoryPlacement::kDirect;
+  // Speculative decoding (n-gram proposals; see "Speculative decoding" below). Needs the paged
+  // allocator.
+  SpeculativeConfig speculative;
 };
 
 // Counters the engine reports.
@@ -154,6 +170,11 @@ struct SchedulerStats {
   int64_t prefix_cache_hit_tokens = 0;    // prompt tokens served by the prefix cache
   int64_t num_steps = 0;                  // schedule() calls
   int64_t num_steps_planned_ahead = 0;    // non-empty steps planned with another in flight
+  // Speculative decoding: rows that verified proposals, tokens proposed in them, and the
+  // proposals accepted (each accepted one is a token generated without a step of its own).
+  int64_t num_spec_rows = 0;
+  int64_t num_spec_proposed_tokens = 0;
+  int64_t num_spec_accepted_tokens = 0;
 };
 
 class Scheduler {
@@ -168,7 +189,9 @@ class Scheduler {
   // Ends one sequence of a sampling request with reason stop (a stop string matched) and frees
   // its blocks. Returns the request's final update when that was its last live sequence; an
   // unknown request or finished sequence is ignored (the step that raced with it was dropped).
-  std::optional<RequestUpdate> stop_sequence(uint64_t request_id, int index);
+  // `num_tokens` >= 0: the sequence keeps only its first num_tokens outputs (a verified step
+  // appended tokens after the one that completed the stop string).
+  std::optional<RequestUpdate> stop_sequence(uint64_t request_id, int index, int num_tokens = -1);
   bool has_unfinished() const;
 
   // Whether schedule() may be called now: no step in flight, or one whose outcome the next
@@ -225,6 +248,7 @@ class Scheduler {
     int num_hit_tokens = 0;  // allocate only: prefix-cache hits the planning view expects
     bool allocate = false;   // not in the block manager yet: allocate instead of append
     int num_blocks = 0;      // blocks it may take (an upper bound)
+    int num_proposed = 0;    // of num_tokens, proposals to verify (speculative decoding)
   };
   struct PlannedGroup {
     uint64_t request_id = 0;
@@ -237,6 +261,13 @@ class Scheduler {
   };
 
   // ---- schedule (scheduler.cpp) ----
+  // Speculative decoding: fills each running sequence's proposal for this step, or clears
+  // them all when the policy turns speculation off at this batch size (scheduler_spec.cpp).
+  void propose_tokens();
+  bool may_speculate(const SequenceGroup& group, const Sequence& seq) const;
+  // The tokens the step computes for a held sequence: position i of its tokens, or past the
+  // end, its proposal.
+  int32_t planned_token(const SequenceGroup& group, const Sequence& seq, int i) const;
   bool plan_running(std::vector<PlannedGroup>& plan, Budget& budget);
   void resume_swapped(std::vector<PlannedGroup>& plan, Budget& budget);
   void admit_waiting(std::vector<PlannedGroup>& plan, Budget& budget);
@@ -286,6 +317,10 @@ class Scheduler {
                           const std::vector<size_t>& rows);
   void append_sample(SequenceGroup& group, Sequence& seq, const model::TokenLogprob& sample,
                      RequestUpdate& update, bool grammar_ended = false);
+  // A row that verified proposals: appends its draws in order (each checked for a stop as a
+  // single sample is) and settles the speculative slots (scheduler_spec.cpp).
+  void accept_verified(SequenceGroup& group, Sequence& seq, const ScheduledSequence& scheduled,
+                       const SequenceStepOutput& output, RequestUpdate& update);
   FinishReason check_stop(const SequenceGroup& group, const Sequence& seq) const;
   bool is_eos(int32_t token) const;
   double beam_score_of(const SequenceGroup& group, const Sequence& seq) const;
@@ -314,6 +349,10 @@ class Scheduler {
   // nothing (one applier for the scheduler's life, not one per op).
   std::unique_ptr<cache::KvMemoryApplier> view_;
   cache::KvMemoryOps ops_;  // decided, not handed out yet (kMirrored, kRemote)
+  NgramProposer proposer_;
+  // The step being planned may carry proposals (the policy allowed it): the next step is then
+  // planned only after its update (no overlap), so that every sequence's tokens are known.
+  bool speculating_ = false;
   cache::KvMemorySnapshot memory_;
   struct PlannedStep {
     StepInput step;

@@ -266,6 +266,9 @@ runtime::Task<void> SchedulerActor::State::recover_from_fault() {
   retired_stats.num_preemptions_swap += old.num_preemptions_swap;
   retired_stats.num_preemptions_recompute += old.num_preemptions_recompute;
   retired_stats.num_steps_planned_ahead += old.num_steps_planned_ahead;
+  retired_stats.num_spec_rows += old.num_spec_rows;
+  retired_stats.num_spec_proposed_tokens += old.num_spec_proposed_tokens;
+  retired_stats.num_spec_accepted_tokens += old.num_spec_accepted_tokens;
   retired_stats.peak_used_blocks = std::max(retired_stats.peak_used_blocks, old.peak_used_blocks);
   const cache::KvMemorySnapshot memory = scheduler->memory_snapshot();
   retired_prefix_queries_tokens += memory.prefix_cache_queries_tokens;
@@ -406,6 +409,8 @@ void SchedulerActor::State::collect(std::vector<RequestUpdate> updates) {
       delta.token_ids = std::move(seq.new_token_ids);
       delta.logprobs = std::move(seq.logprobs);
       delta.num_cached_tokens = update.num_cached_tokens;
+      delta.num_proposed_tokens = update.num_proposed_tokens;
+      delta.num_accepted_tokens = update.num_accepted_tokens;
       outbox.push_back(std::move(delta));
       it->second.streamed = true;
     }
@@ -428,6 +433,8 @@ void SchedulerActor::State::collect(std::vector<RequestUpdate> updates) {
     end.request_id = update.request_id;
     end.finished = true;
     end.num_cached_tokens = update.num_cached_tokens;
+    end.num_proposed_tokens = update.num_proposed_tokens;
+    end.num_accepted_tokens = update.num_accepted_tokens;
     FinishReason reason = FinishReason::kAbort;
     if (!update.outputs.empty()) reason = update.outputs.front().finish_reason;
     if (!update.error.empty()) reason = FinishReason::kError;
@@ -460,6 +467,11 @@ void SchedulerActor::State::publish_stats() {
   counts.num_steps_planned_ahead =
       sched.num_steps_planned_ahead + retired_stats.num_steps_planned_ahead;
   counts.num_generated_tokens = num_generated_tokens;
+  counts.num_spec_rows = sched.num_spec_rows + retired_stats.num_spec_rows;
+  counts.num_spec_proposed_tokens =
+      sched.num_spec_proposed_tokens + retired_stats.num_spec_proposed_tokens;
+  counts.num_spec_accepted_tokens =
+      sched.num_spec_accepted_tokens + retired_stats.num_spec_accepted_tokens;
   stats.publish(counts);
 }
 

@@ -87,8 +87,13 @@ RequestUpdate Scheduler::sample_step(SequenceGroup& group, const StepInput& inpu
     const auto ended = [&](size_t i) { return i < grammar_ended.size() && grammar_ended[i] != 0; };
     // The client's logprobs ride on the update append_sample just made for draw i.
     const auto attach_logprobs = [&](size_t i) {
-      if (i < reported.size()) update.seqs.back().logprobs = {reported[i]};
+      if (i < reported.size()) update.seqs.back().logprobs.push_back(reported[i]);
     };
+    if (group.forked && input.seqs[row].num_proposed_tokens > 0) {
+      accept_verified(group, *group.find(input.seqs[row].seq_id), input.seqs[row], output.seqs[row],
+                      update);
+      continue;
+    }
     if (group.forked) {
       append_sample(group, *group.find(input.seqs[row].seq_id), samples.front(), update, ended(0));
       attach_logprobs(0);
@@ -116,6 +121,7 @@ void Scheduler::append_sample(SequenceGroup& group, Sequence& seq,
                               const model::TokenLogprob& sample, RequestUpdate& update,
                               bool grammar_ended) {
   seq.output_token_ids.push_back(sample.token_id);
+  seq.output_logprobs.push_back(sample.logprob);
   seq.cumulative_logprob += sample.logprob;
   // The step planned ahead reserved this token's slot before its value was known.
   if (kv_->has_sequence(seq.seq_id) && kv_->has_pending_token(seq.seq_id)) {
@@ -126,6 +132,14 @@ void Scheduler::append_sample(SequenceGroup& group, Sequence& seq,
   // the grammar allows no further token.
   if (grammar_ended && !seq.finished()) seq.finish_reason = FinishReason::kStop;
   if (seq.finished()) free_seq(seq);
+  if (!update.seqs.empty() && update.seqs.back().index == seq.index) {
+    // A further draw of the same row (speculative decoding): one update per sequence.
+    SequenceUpdate& change = update.seqs.back();
+    change.new_token_ids.push_back(sample.token_id);
+    change.cumulative_logprob = seq.cumulative_logprob;
+    change.finish_reason = seq.finish_reason;
+    return;
+  }
   SequenceUpdate change;
   change.index = seq.index;
   change.new_token_ids = {sample.token_id};
@@ -268,6 +282,10 @@ RequestUpdate Scheduler::new_update(const SequenceGroup& group) const {
   RequestUpdate update;
   update.request_id = group.request_id;
   update.num_cached_tokens = std::max(group.num_cached_tokens, 0);
+  for (const Sequence& seq : group.seqs) {
+    update.num_proposed_tokens += seq.num_proposed_tokens;
+    update.num_accepted_tokens += seq.num_accepted_tokens;
+  }
   return update;
 }
 
@@ -279,6 +297,12 @@ void Scheduler::finish_group(SequenceGroup& group, RequestUpdate& update) {
   update.finished = true;
   update.outputs = final_outputs(group);
   update.num_cached_tokens = std::max(group.num_cached_tokens, 0);
+  update.num_proposed_tokens = 0;
+  update.num_accepted_tokens = 0;
+  for (const Sequence& seq : group.seqs) {
+    update.num_proposed_tokens += seq.num_proposed_tokens;
+    update.num_accepted_tokens += seq.num_accepted_tokens;
+  }
   const uint64_t id = group.request_id;
   running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
@@ -304,13 +328,22 @@ void Scheduler::abort(uint64_t request_id) {
   flush_owned();
 }
 
-std::optional<RequestUpdate> Scheduler::stop_sequence(uint64_t request_id, int index) {
+std::optional<RequestUpdate> Scheduler::stop_sequence(uint64_t request_id, int index,
+                                                      int num_tokens) {
   auto it = groups_.find(request_id);
   if (it == groups_.end() || it->second.is_beam_search()) return std::nullopt;
   SequenceGroup& group = it->second;
   auto seq = std::find_if(group.seqs.begin(), group.seqs.end(),
                           [&](const Sequence& s) { return !s.finished() && s.index == index; });
   if (seq == group.seqs.end()) return std::nullopt;
+  if (num_tokens >= 0 && static_cast<size_t>(num_tokens) < seq->output_token_ids.size() &&
+      seq->output_logprobs.size() == seq->output_token_ids.size()) {
+    for (size_t i = static_cast<size_t>(num_tokens); i < seq->output_logprobs.size(); ++i) {
+      seq->cumulative_logprob -= seq->output_logprobs[i];
+    }
+    seq->output_token_ids.resize(static_cast<size_t>(num_tokens));
+    seq->output_logprobs.resize(static_cast<size_t>(num_tokens));
+  }
   free_seq(*seq);
   seq->finish_reason = FinishReason::kStop;
   if (group.num_live() != 0) {

@@ -27,6 +27,9 @@ struct Sequence {
   uint64_t seq_id = 0;  // the block manager's key, unique within one scheduler
   int index = 0;        // place in the request: its RNG stream and its output index
   std::vector<int32_t> output_token_ids;
+  // The logprob of each output token (sampling sequences; beams leave it empty), so that a
+  // stop string can take back tokens appended after it in the same step.
+  std::vector<float> output_logprobs;
   double cumulative_logprob = 0.0;  // sum of the sampled tokens' logprobs (model/sampler.h)
   // Tokens whose K/V are in the cache or being computed by a scheduled step; 0 while waiting.
   int num_computed_tokens = 0;
@@ -41,6 +44,11 @@ struct Sequence {
   // first step planned after that answer. A hint only: the blocks may be evicted meanwhile.
   int prefix_hint_tokens = -1;
   uint64_t prefix_hint_step = 0;
+  // Speculative decoding: the proposals for the step being planned (Scheduler::propose_tokens;
+  // empty when none), and, over the sequence's life, proposed and accepted tokens.
+  std::vector<int32_t> proposal;
+  int64_t num_proposed_tokens = 0;
+  int64_t num_accepted_tokens = 0;
 
   bool finished() const { return finish_reason != FinishReason::kNone; }
 };

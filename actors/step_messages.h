@@ -44,6 +44,12 @@ struct ScheduledSequence {
   std::vector<int32_t> penalty_prompt_ids;  // the prompt (repetition penalty only)
   std::vector<int32_t> penalty_output_ids;  // tokens this sequence generated so far
   int num_top_logprobs = 0;  // (token, logprob) candidates wanted: 2 * beam width, or 0
+  // Speculative decoding: the last num_proposed_tokens of new_token_ids are proposals, not
+  // sampled tokens (their slots are speculative in the block manager). The row wants logits at
+  // its last num_proposed_tokens + 1 positions and verifies them in order (sample_rows.h): a
+  // draw equal to the proposal is accepted and the next position is drawn, the first other
+  // draw (or the draw after the last proposal) ends the row. Only for a decode with one seed.
+  int num_proposed_tokens = 0;
 };
 
 struct StepInput {
@@ -58,7 +64,9 @@ struct StepInput {
 
 // What one scheduled sequence produced; both lists are empty where sample was false.
 struct SequenceStepOutput {
-  std::vector<model::TokenLogprob> samples;       // [sample_seeds.size()], drawn tokens
+  // [sample_seeds.size()], drawn tokens; with proposals, 1 to num_proposed_tokens + 1 draws
+  // in order: every one but the last equals its proposal (accepted).
+  std::vector<model::TokenLogprob> samples;
   std::vector<model::TokenLogprob> top_logprobs;  // [num_top_logprobs], best first
   // Only when sampling->logprobs is set: what the client is told about each draw, parallel to
   // `samples` (raw logprobs, model/sampler.h: SampleLogprobs).

@@ -145,11 +145,20 @@ TokenEvent TokenizerActor::make_event(LiveRequest& live, runtime::OutputDelta& d
   event.index = delta.index;
   event.num_prompt_tokens = static_cast<int>(live.prompt_ids.size());
   event.num_cached_tokens = delta.num_cached_tokens;
+  event.num_proposed_tokens = delta.num_proposed_tokens;
+  event.num_accepted_tokens = delta.num_accepted_tokens;
   if (live.ended.count(delta.index)) return event;  // tokens that raced with a stop string
   call_fault_hook(faults_, &FaultHooks::before_detokenize, delta.request_id,
                   std::span<const int32_t>(delta.token_ids));
   SequenceText& text = output(live, delta.index);
+  const int before = text.num_tokens();
   text.push(delta.token_ids);
+  // Several tokens in one step (speculative decoding): none after the stop string's.
+  const size_t consumed = static_cast<size_t>(text.num_tokens() - before);
+  if (text.stopped() && consumed < delta.token_ids.size()) {
+    delta.token_ids.resize(consumed);
+    if (delta.logprobs.size() > consumed) delta.logprobs.resize(consumed);
+  }
   const bool sequence_over = !delta.sequence_finish_reason.empty();
   if (sequence_over) text.finish();
   event.text = text.take_delta(sequence_over || text.stopped());
@@ -182,6 +191,8 @@ std::vector<TokenEvent> TokenizerActor::end_outputs(LiveRequest& live,
     event.index = index;
     event.num_prompt_tokens = static_cast<int>(live.prompt_ids.size());
     event.num_cached_tokens = end.num_cached_tokens;
+    event.num_proposed_tokens = end.num_proposed_tokens;
+    event.num_accepted_tokens = end.num_accepted_tokens;
     event.text = text.take_delta(true);
     event.sequence_finished = true;
     event.finish_reason = text.stopped() ? "stop" : end.finish_reason;

@@ -233,21 +233,30 @@ AllocationResult BlockManager::allocate(SeqId seq, std::span<const int32_t> prom
 }
 
 std::vector<BlockCopy> BlockManager::append_token(SeqId seq, int32_t token) {
-  return append_slot(seq, token, /*pending=*/false, "append_token");
+  return append_slot(seq, token, SlotKind::kKnown, "append_token");
 }
 
 std::vector<BlockCopy> BlockManager::append_pending_token(SeqId seq) {
   // The placeholder never reaches a hash: hash_full_tail runs only once it is replaced.
-  return append_slot(seq, /*token=*/-1, /*pending=*/true, "append_pending_token");
+  return append_slot(seq, /*token=*/-1, SlotKind::kPending, "append_pending_token");
 }
 
-std::vector<BlockCopy> BlockManager::append_slot(SeqId seq, int32_t token, bool pending,
+std::vector<BlockCopy> BlockManager::append_speculative_token(SeqId seq, int32_t token) {
+  return append_slot(seq, token, SlotKind::kSpeculative, "append_speculative_token");
+}
+
+std::vector<BlockCopy> BlockManager::append_slot(SeqId seq, int32_t token, SlotKind kind,
                                                  const char* op) {
   Sequence& s = device_sequence(seq, op);
   if (s.pending) {
     throw std::logic_error(std::string("BlockManager::") + op + ": " + seq_name(seq) +
                            " still has a pending token");
   }
+  if (s.num_speculative > 0 && kind != SlotKind::kSpeculative) {
+    throw std::logic_error(std::string("BlockManager::") + op + ": " + seq_name(seq) +
+                           " has speculative tokens not settled yet");
+  }
+  const bool pending = kind == SlotKind::kPending;
   std::vector<BlockCopy> copies;
   const int offset = s.num_tokens % block_size_;  // slot of the new token in its block
   if (offset == 0 || device_.block(s.blocks.back()).ref_count > 1) {
@@ -270,24 +279,69 @@ std::vector<BlockCopy> BlockManager::append_slot(SeqId seq, int32_t token, bool 
   }
   ++s.num_tokens;
   s.pending = pending;
+  if (kind == SlotKind::kSpeculative) ++s.num_speculative;
 
   if (enable_prefix_caching_) {
     s.tail_tokens.push_back(token);
-    if (!pending && static_cast<int>(s.tail_tokens.size()) == block_size_) hash_full_tail(s);
+    if (kind == SlotKind::kKnown && static_cast<int>(s.tail_tokens.size()) == block_size_) {
+      hash_full_tail(s);
+    }
   }
   return copies;
 }
 
+void BlockManager::hash_settled_blocks(Sequence& s) {
+  // Only accepted tokens reach a hash: the tail's front blocks, while they are whole.
+  while (static_cast<int>(s.tail_tokens.size()) - s.num_speculative - (s.pending ? 1 : 0) >=
+         block_size_) {
+    hash_full_tail(s);
+  }
+}
+
+int BlockManager::settle_speculative_tokens(SeqId seq, int num_accepted) {
+  Sequence& s = device_sequence(seq, "settle_speculative_tokens");
+  if (num_accepted < 0 || num_accepted > s.num_speculative) {
+    throw std::logic_error("BlockManager::settle_speculative_tokens: " + seq_name(seq) + " has " +
+                           std::to_string(s.num_speculative) + " speculative tokens, " +
+                           std::to_string(num_accepted) + " accepted");
+  }
+  const int num_rejected = s.num_speculative - num_accepted;
+  s.num_tokens -= num_rejected;
+  s.num_speculative = 0;
+  // Back to front, like free(): blocks that held only rejected tokens (never hashed) go back.
+  const int keep = num_blocks_for(s.num_tokens);
+  int returned = 0;
+  while (static_cast<int>(s.blocks.size()) > keep) {
+    release_device(s.blocks.back());
+    s.blocks.pop_back();
+    ++returned;
+  }
+  if (num_rejected > 0) {
+    const BlockId last = s.blocks.back();
+    unlink_twin_of_device(last);
+    device_.set_num_tokens(last, s.num_tokens - (keep - 1) * block_size_);
+  }
+  if (enable_prefix_caching_) {
+    s.tail_tokens.resize(s.tail_tokens.size() - static_cast<size_t>(num_rejected));
+    hash_settled_blocks(s);
+  }
+  return returned;
+}
+
+int BlockManager::num_speculative_tokens(SeqId seq) const {
+  return sequence(seq, "num_speculative_tokens").num_speculative;
+}
+
 void BlockManager::hash_full_tail(Sequence& s) {
+  // The tail's first block_size tokens fill the next block of the table: hash and publish it.
+  const std::span<const int32_t> block(s.tail_tokens.data(), static_cast<size_t>(block_size_));
   const bool first = s.block_hashes.empty();
-  const BlockHash hash = hash_block(first ? kRootBlockHash : s.block_hashes.back(), s.tail_tokens,
+  const BlockHash hash = hash_block(first ? kRootBlockHash : s.block_hashes.back(), block,
                                     first ? std::string_view(s.cache_salt) : std::string_view{});
   s.block_hashes.push_back(hash);
-  if (events_ != nullptr) {
-    s.full_tokens.insert(s.full_tokens.end(), s.tail_tokens.begin(), s.tail_tokens.end());
-  }
+  if (events_ != nullptr) s.full_tokens.insert(s.full_tokens.end(), block.begin(), block.end());
   publish_block(s.blocks, s.block_hashes, s.full_tokens, s.block_hashes.size() - 1);
-  s.tail_tokens.clear();
+  s.tail_tokens.erase(s.tail_tokens.begin(), s.tail_tokens.begin() + block_size_);
 }
 
 void BlockManager::publish_block(std::span<const BlockId> table, std::span<const BlockHash> hashes,
@@ -355,8 +409,9 @@ void BlockManager::fork(SeqId parent, SeqId child) {
     throw std::logic_error("BlockManager::fork: child " + seq_name(child) + " already exists");
   }
   Sequence copy = device_sequence(parent, "fork");
-  if (copy.pending) {
-    throw std::logic_error("BlockManager::fork: " + seq_name(parent) + " has a pending token");
+  if (copy.pending || copy.num_speculative > 0) {
+    throw std::logic_error("BlockManager::fork: " + seq_name(parent) +
+                           " has a pending or speculative token");
   }
   for (size_t i = copy.num_released; i < copy.blocks.size(); ++i) device_.acquire(copy.blocks[i]);
   seqs_.emplace(child, std::move(copy));
@@ -379,8 +434,9 @@ void BlockManager::free(SeqId seq) {
 
 std::vector<BlockCopy> BlockManager::swap_out(SeqId seq) {
   Sequence& s = device_sequence(seq, "swap_out");
-  if (s.pending) {
-    throw std::logic_error("BlockManager::swap_out: " + seq_name(seq) + " has a pending token");
+  if (s.pending || s.num_speculative > 0) {
+    throw std::logic_error("BlockManager::swap_out: " + seq_name(seq) +
+                           " has a pending or speculative token");
   }
   const int take = num_cpu_blocks_to_take(s);
   if (take > cpu_.num_free_blocks()) {

@@ -17,6 +17,10 @@
 // With overlap scheduling a step may hold the slot of a token the running step has not sampled
 // yet (append_pending_token): a block that token fills is hashed only once resolve_pending_token
 // names it, so the prefix cache never indexes a block under a guessed token.
+// Speculative decoding takes the same care: a proposed token's slot (append_speculative_token)
+// holds a token that may be rejected, so no block holding one is hashed until
+// settle_speculative_tokens keeps it (the verified prefix) or drops it (the rejected tail,
+// whose slots are freed and whose blocks go back to the pool when they become empty).
 //
 // Sliding windows (BlockManagerConfig::sliding_window = W > 0, when every layer is windowed):
 // the query at position i reads only keys at i - W < j <= i, so once the earliest query a step
@@ -105,6 +109,17 @@ class BlockManager {
   // publishes that block. Throws std::logic_error when the sequence has no pending token.
   void resolve_pending_token(SeqId seq, int32_t token);
   bool has_pending_token(SeqId seq) const;
+  // Speculative decoding: reserves the slot of a proposed token, as append_token does, but the
+  // block it fills is not hashed until settle_speculative_tokens accepts it. Several may be
+  // appended in a row; an ordinary append, a pending token, fork and swap_out throw
+  // std::logic_error until they are settled (free is fine).
+  std::vector<BlockCopy> append_speculative_token(SeqId seq, int32_t token);
+  // The step verified the proposals: the first `num_accepted` speculative tokens become
+  // ordinary tokens (their full blocks hashed and published), the rest are truncated: their
+  // slots freed and each block left empty returned to the pool. Returns the blocks returned.
+  // Throws std::logic_error when num_accepted is outside [0, speculative tokens].
+  int settle_speculative_tokens(SeqId seq, int num_accepted);
+  int num_speculative_tokens(SeqId seq) const;
   // The next slot appended to `seq` is the earliest query of the step being planned: releases
   // the blocks wholly before that query's window (see the class comment). Nothing without a
   // window. Returns the table entries released now. Throws std::logic_error for an unknown or
@@ -189,10 +204,16 @@ class BlockManager {
     int num_released = 0;  // leading table entries given back (kNoBlock), sliding window only
     bool swapped = false;
     bool pending = false;  // the last token's value is not known yet (append_pending_token)
+    // The last num_speculative tokens are proposals not yet verified (append_speculative_token):
+    // the tail then holds every token after the last hashed block, possibly several blocks.
+    int num_speculative = 0;
   };
 
   // append_token's work; `pending`: the token is a placeholder, hashing waits for its value.
-  std::vector<BlockCopy> append_slot(SeqId seq, int32_t token, bool pending, const char* op);
+  enum class SlotKind { kKnown, kPending, kSpeculative };
+  std::vector<BlockCopy> append_slot(SeqId seq, int32_t token, SlotKind kind, const char* op);
+  // Hashes and publishes the block the tail's first block_size tokens fill, then drops them
+  // from the tail.
   void hash_full_tail(Sequence& s);
   // Enters table[i] into the prefix-cache index under hashes[i] (nothing when another block
   // holds that hash: the first stays the shared copy), after re-entering the ancestors the
@@ -200,6 +221,8 @@ class BlockManager {
   // full-block tokens, read only when events are recorded.
   void publish_block(std::span<const BlockId> table, std::span<const BlockHash> hashes,
                      std::span<const int32_t> tokens, size_t i);
+  // Hashes every full block at the front of the tail whose tokens are all known and accepted.
+  void hash_settled_blocks(Sequence& s);
 
   // The prompt's full-block hashes, computed once per prompt: can_allocate and the allocate
   // that follows it share them through this one-entry memo (checked by content, not address).

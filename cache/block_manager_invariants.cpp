@@ -16,14 +16,19 @@ std::string BlockManager::check_sequences() const {
     if (s.num_tokens <= 0) return who + "no tokens";
     const int num_blocks = static_cast<int>(s.blocks.size());
     if (num_blocks != num_blocks_for(s.num_tokens)) return who + "table size does not fit tokens";
+    if (s.num_speculative < 0 || s.num_speculative > s.num_tokens ||
+        (s.pending && s.num_speculative > 0)) {
+      return who + "bad number of speculative tokens";
+    }
     if (enable_prefix_caching_) {
-      // A block filled by a pending token waits, unhashed, in the tail for its value.
-      const int unhashed = s.pending && s.num_tokens % block_size_ == 0 ? 1 : 0;
-      if (static_cast<int>(s.block_hashes.size()) != s.num_tokens / block_size_ - unhashed) {
+      // Blocks holding a pending token (waiting for its value) or a speculative one (waiting
+      // for verification) stay unhashed in the tail: only accepted, known tokens are hashed.
+      const int settled = s.num_tokens - s.num_speculative - (s.pending ? 1 : 0);
+      if (static_cast<int>(s.block_hashes.size()) != settled / block_size_) {
         return who + "wrong number of block hashes";
       }
       if (static_cast<int>(s.tail_tokens.size()) !=
-          s.num_tokens % block_size_ + unhashed * block_size_) {
+          s.num_tokens - static_cast<int>(s.block_hashes.size()) * block_size_) {
         return who + "wrong number of tail tokens";
       }
       const size_t kept_tokens = events_ == nullptr ? 0 : s.block_hashes.size() * block_size_;

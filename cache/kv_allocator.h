@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -106,6 +107,18 @@ class KvAllocator {
   // earliest query of the step; blocks wholly before its window may go back to the pool, their
   // table entries becoming kNoBlock. The reserving allocators keep their regions: nothing.
   virtual int release_blocks_before_window(SeqId) { return 0; }
+  // Speculative decoding (BlockManager::append_speculative_token / settle_speculative_tokens):
+  // slots for proposed tokens, unhashed until the step's verification keeps the accepted ones
+  // and truncates the rest. Only the paged allocator has them; the others throw.
+  virtual bool supports_speculation() const { return false; }
+  virtual std::vector<BlockCopy> append_speculative_token(SeqId, int32_t) {
+    throw std::logic_error(std::string("speculative tokens need the paged KV allocator, not ") +
+                           kv_allocator_name(kind()));
+  }
+  virtual int settle_speculative_tokens(SeqId seq, int) {
+    append_speculative_token(seq, 0);  // throws the same error
+    return 0;
+  }
   // `child` gets `parent`'s tokens. Returns device copies the next step must run first (none
   // when the blocks are shared).
   virtual std::vector<BlockCopy> fork(SeqId parent, SeqId child) = 0;

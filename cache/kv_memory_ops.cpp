@@ -33,6 +33,10 @@ const char* kv_op_name(KvOpKind kind) {
       return "probe_prefix";
     case KvOpKind::kReleaseBeforeWindow:
       return "release_before_window";
+    case KvOpKind::kAppendSpeculative:
+      return "append_speculative";
+    case KvOpKind::kSettleSpeculative:
+      return "settle_speculative";
   }
   return "?";
 }
@@ -131,6 +135,22 @@ KvMemoryOp KvMemoryOp::release_before_window(SeqId seq) {
   return op;
 }
 
+KvMemoryOp KvMemoryOp::append_speculative(SeqId seq, int32_t token) {
+  KvMemoryOp op;
+  op.kind = KvOpKind::kAppendSpeculative;
+  op.seq = seq;
+  op.token = token;
+  return op;
+}
+
+KvMemoryOp KvMemoryOp::settle_speculative(SeqId seq, int num_accepted) {
+  KvMemoryOp op;
+  op.kind = KvOpKind::kSettleSpeculative;
+  op.seq = seq;
+  op.num_accepted = num_accepted;
+  return op;
+}
+
 KvMemorySnapshot snapshot_of(const KvAllocator& kv) {
   KvMemorySnapshot s;
   s.num_total_device_blocks = kv.num_total_device_blocks();
@@ -216,6 +236,14 @@ void KvMemoryApplier::apply(const KvMemoryOp& op) {
       return;
     case KvOpKind::kReleaseBeforeWindow:
       kv_.release_blocks_before_window(op.seq);
+      touch(op.seq);
+      return;
+    case KvOpKind::kAppendSpeculative:
+      append_copies(result_.block_copies, kv_.append_speculative_token(op.seq, op.token));
+      touch(op.seq);
+      return;
+    case KvOpKind::kSettleSpeculative:
+      kv_.settle_speculative_tokens(op.seq, op.num_accepted);
       touch(op.seq);
       return;
     case KvOpKind::kProbePrefix:

@@ -44,6 +44,8 @@ enum class KvOpKind {
   kSwapIn,               // swap_in(seq)
   kProbePrefix,          // cached_prefix_tokens(tokens), answered in KvMemoryResult::probes
   kReleaseBeforeWindow,  // release_blocks_before_window(seq): before a step's first append
+  kAppendSpeculative,    // append_speculative_token(seq, token): a proposed token's slot
+  kSettleSpeculative,    // settle_speculative_tokens(seq, num_accepted): keep or truncate
 };
 const char* kv_op_name(KvOpKind kind);
 
@@ -58,6 +60,7 @@ struct KvMemoryOp {
   std::vector<int32_t> tokens;  // kAllocate, kProbePrefix: every token of the sequence so far
   int compute_tokens = 0;       // kAllocate: tokens the plan lets this step compute
   int end_cap = 0;              // kAllocate: hand the allocator at most this many tokens
+  int num_accepted = 0;         // kSettleSpeculative: proposed tokens the step verified
 
   static KvMemoryOp reserve(SeqId seq, const SeqReservation& reservation);
   static KvMemoryOp allocate(SeqId seq, std::vector<int32_t> tokens, int compute_tokens,
@@ -72,6 +75,8 @@ struct KvMemoryOp {
   static KvMemoryOp swap_in(SeqId seq);
   static KvMemoryOp probe_prefix(uint64_t group, SeqId seq, std::vector<int32_t> tokens);
   static KvMemoryOp release_before_window(SeqId seq);
+  static KvMemoryOp append_speculative(SeqId seq, int32_t token);
+  static KvMemoryOp settle_speculative(SeqId seq, int num_accepted);
 };
 
 using KvMemoryOps = std::vector<KvMemoryOp>;

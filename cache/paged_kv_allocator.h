@@ -38,6 +38,13 @@ class PagedKvAllocator final : public KvAllocator {
     blocks_.resolve_pending_token(seq, token);
   }
   bool has_pending_token(SeqId seq) const override { return blocks_.has_pending_token(seq); }
+  bool supports_speculation() const override { return true; }
+  std::vector<BlockCopy> append_speculative_token(SeqId seq, int32_t token) override {
+    return blocks_.append_speculative_token(seq, token);
+  }
+  int settle_speculative_tokens(SeqId seq, int num_accepted) override {
+    return blocks_.settle_speculative_tokens(seq, num_accepted);
+  }
   int release_blocks_before_window(SeqId seq) override {
     return blocks_.release_blocks_before_window(seq);
   }

@@ -168,6 +168,34 @@ std::vector<BlockCopy> PagedKvMirror::append_pending_token(SeqId seq) {
   return append_slot(seq, true);
 }
 
+std::vector<BlockCopy> PagedKvMirror::append_speculative_token(SeqId seq, int32_t) {
+  append_slot(seq, false);
+  ++known(seq, "append_speculative_token").num_speculative;
+  return {};
+}
+
+int PagedKvMirror::settle_speculative_tokens(SeqId seq, int num_accepted) {
+  Seq& s = known(seq, "settle_speculative_tokens");
+  if (num_accepted < 0 || num_accepted > s.num_speculative) {
+    throw std::logic_error("PagedKvMirror::settle_speculative_tokens: sequence " +
+                           std::to_string(seq) + " has " + std::to_string(s.num_speculative) +
+                           " speculative tokens, " + std::to_string(num_accepted) + " accepted");
+  }
+  s.num_tokens -= s.num_speculative - num_accepted;
+  s.num_speculative = 0;
+  int returned = 0;
+  while (static_cast<int>(s.blocks.size()) > blocks_for(s.num_tokens, block_size_)) {
+    auto it = device_refs_.find(s.blocks.back());
+    if (it != device_refs_.end() && --it->second == 0) {
+      device_refs_.erase(it);
+      ++num_free_device_;
+      ++returned;
+    }
+    s.blocks.pop_back();
+  }
+  return returned;
+}
+
 void PagedKvMirror::resolve_pending_token(SeqId seq, int32_t) {
   known(seq, "resolve_pending_token").pending = false;
 }

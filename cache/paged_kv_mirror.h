@@ -14,6 +14,8 @@
 //  - swap_out / swap_in: take a new CPU / device block for every distinct block (the real
 //    manager may reuse a still-valid twin or prefix-cache entry); placeholder ids again.
 //  - release_blocks_before_window: exact (the same arithmetic over the same table shape).
+//  - append_speculative_token / settle_speculative_tokens: exact (the truncated tail's blocks,
+//    held by this table alone, go back).
 // Placeholder ids are negative, so they never collide with real ones, and below kNoBlock (a
 // sliding window's released entry, which holds nothing); reconcile() replaces every one (each
 // belongs to a sequence the list touched).
@@ -56,6 +58,9 @@ class PagedKvMirror final : public KvAllocator {
   void resolve_pending_token(SeqId seq, int32_t token) override;
   bool has_pending_token(SeqId seq) const override;
   int release_blocks_before_window(SeqId seq) override;
+  bool supports_speculation() const override { return true; }
+  std::vector<BlockCopy> append_speculative_token(SeqId seq, int32_t token) override;
+  int settle_speculative_tokens(SeqId seq, int num_accepted) override;
   std::vector<BlockCopy> fork(SeqId parent, SeqId child) override;
   void free(SeqId seq) override;
   std::vector<BlockCopy> swap_out(SeqId seq) override;
@@ -79,6 +84,7 @@ class PagedKvMirror final : public KvAllocator {
     int num_tokens = 0;
     bool swapped = false;
     bool pending = false;
+    int num_speculative = 0;  // trailing proposed tokens not settled yet
   };
   Seq& known(SeqId seq, const char* op);
   const Seq& known(SeqId seq, const char* op) const;

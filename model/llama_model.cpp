@@ -15,7 +15,7 @@ namespace pagedserve::model {
 
 void ForwardBatch::add_sequence(const std::vector<int32_t>& new_tokens, int num_computed_tokens,
                                 const std::vector<int32_t>& block_table, int block_size,
-                                bool want_logits) {
+                                int num_logits) {
   assert(!new_tokens.empty());
   const int seq_len = num_computed_tokens + static_cast<int>(new_tokens.size());
   assert(static_cast<int64_t>(block_table.size()) * block_size >= seq_len);
@@ -30,7 +30,8 @@ void ForwardBatch::add_sequence(const std::vector<int32_t>& new_tokens, int num_
   }
   query_start_loc.push_back(num_tokens());
   seq_lens.push_back(seq_len);
-  if (want_logits) logits_indices.push_back(num_tokens() - 1);
+  assert(num_logits >= 0 && num_logits <= static_cast<int>(new_tokens.size()));
+  for (int i = num_logits; i > 0; --i) logits_indices.push_back(num_tokens() - i);
 
   // Keep block_tables rectangular: widen every row when this sequence needs more columns.
   const int width = static_cast<int>(block_table.size());

@@ -37,10 +37,10 @@ struct ForwardBatch {
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
 
   // Appends one sequence: `new_tokens` continue a context of `num_computed_tokens` tokens
-  // already in the cache; `block_table` covers all of them. When `want_logits`, the last new
-  // token's logits are produced.
+  // already in the cache; `block_table` covers all of them. The logits of the last
+  // `num_logits` new tokens are produced (0 or 1, or more to verify speculative proposals).
   void add_sequence(const std::vector<int32_t>& new_tokens, int num_computed_tokens,
-                    const std::vector<int32_t>& block_table, int block_size, bool want_logits);
+                    const std::vector<int32_t>& block_table, int block_size, int num_logits);
 };
 
 class LlamaModel {

@@ -3,12 +3,16 @@
 
 namespace pagedserve::tools {
 
+// clang-format off
 const std::set<std::string> kEngineValueFlags = {
     "model",           "block-size",     "num-kv-blocks", "kv-cache-memory",
     "swap-space",      "max-num-seqs",   "max-model-len", "max-num-batched-tokens",
     "preemption-mode", "threads",        "device",        "gpu-memory-utilization",
     "dtype",           "kv-cache-dtype", "kv-allocator",  "sim-profile",
-    "quantization"};
+    "quantization",
+    // speculative decoding (docs/speculative-decoding.md)
+    "speculative", "num-speculative-tokens", "ngram-min", "ngram-max", "speculative-max-batch"};
+// clang-format on
 const std::set<std::string> kEngineBoolFlags = {"no-prefix-caching"};
 
 const char* const kEngineFlagsHelp =
@@ -44,7 +48,13 @@ const char* const kEngineFlagsHelp =
     "  --quantization TYPE          CPU: quantize float weights at load to q8_0, q4_0 or q4_k\n"
     "                               (also q5_0, q5_1, q5_k, q6_k; the LM head to q6_k for the\n"
     "                               4-bit types); quantized GGUF weights stay as they are\n"
-    "                               (default none)\n";
+    "                               (default none)\n"
+    "  --speculative METHOD         speculative decoding: none (default) or ngram (proposals\n"
+    "                               from the request's own prompt and output; CPU, paged)\n"
+    "  --num-speculative-tokens K   proposals verified per sequence per step (default 4)\n"
+    "  --ngram-min N, --ngram-max M suffix lengths matched, longest first (default 1 and 4)\n"
+    "  --speculative-max-batch N    no proposals while more than N sequences run (default 4;\n"
+    "                               0: no limit)\n";
 
 model::WeightFormat weight_format_from_flags(const CliFlags& flags) {
   try {
@@ -92,6 +102,22 @@ actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
     }
   }
   if (config.device == "sim") config.sim_profile = flags.require("sim-profile");
+  if (flags.has("speculative")) {
+    try {
+      config.speculative.method = actors::parse_speculative_method(flags.require("speculative"));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+  }
+  config.speculative.num_speculative_tokens =
+      static_cast<int>(flags.get_int("num-speculative-tokens", 4, 1, 64));
+  config.speculative.ngram_min = static_cast<int>(flags.get_int("ngram-min", 1, 1, 64));
+  config.speculative.ngram_max = static_cast<int>(flags.get_int("ngram-max", 4, 1, 64));
+  config.speculative.max_batch_seqs =
+      static_cast<int>(flags.get_int("speculative-max-batch", 4, 0, 1 << 20));
+  if (std::string problem = config.speculative.validate(); !problem.empty()) {
+    throw UsageError("--speculative: " + problem);
+  }
   if (flags.has("kv-allocator")) {
     try {
       config.kv_allocator = cache::parse_kv_allocator(flags.require("kv-allocator"));

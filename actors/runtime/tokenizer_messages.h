@@ -34,6 +34,9 @@ struct OutputDelta {
   bool finished = false;                        // the request is done: its last delta
   std::string finish_reason;                    // "stop", "length", "abort", "error" when finished
   int num_cached_tokens = 0;
+  // Speculative decoding, over the request so far: tokens proposed, and accepted.
+  int64_t num_proposed_tokens = 0;
+  int64_t num_accepted_tokens = 0;
   std::string error;
 };
 

@@ -88,6 +88,9 @@ EngineGauges gauges_from_stats(const actors::EngineStats& stats) {
   gauges.preemptions_swap_total = static_cast<uint64_t>(stats.num_preemptions_swap);
   gauges.preemptions_recompute_total = static_cast<uint64_t>(stats.num_preemptions_recompute);
   gauges.stage_s = stats.stage_s;
+  gauges.spec_rows_total = static_cast<uint64_t>(stats.num_spec_rows);
+  gauges.spec_proposed_tokens_total = static_cast<uint64_t>(stats.num_spec_proposed_tokens);
+  gauges.spec_accepted_tokens_total = static_cast<uint64_t>(stats.num_spec_accepted_tokens);
   if (stats.num_kv_blocks_total > 0) {
     gauges.kv_cache_usage_ratio =
         static_cast<double>(stats.num_kv_blocks_used) / stats.num_kv_blocks_total;
@@ -216,6 +219,27 @@ std::string render_prometheus(const Metrics& metrics, const EngineGauges& gauges
     w.sample("pagedserve_step_stage_seconds_total", std::string("stage=\"") + stage + "\"",
              seconds);
   }
+  // Speculative decoding: acceptance rate = accepted / proposed; mean accepted length per
+  // verifying sequence-step = accepted / rows.
+  w.metric("pagedserve_spec_decode_num_draft_tokens_total", "counter",
+           "Tokens proposed by speculative decoding.",
+           static_cast<double>(gauges.spec_proposed_tokens_total));
+  w.metric("pagedserve_spec_decode_num_accepted_tokens_total", "counter",
+           "Proposed tokens accepted by verification.",
+           static_cast<double>(gauges.spec_accepted_tokens_total));
+  w.metric("pagedserve_spec_decode_num_drafts_total", "counter",
+           "Sequence-steps that verified proposals.", static_cast<double>(gauges.spec_rows_total));
+  w.metric("pagedserve_spec_decode_acceptance_rate", "gauge",
+           "Accepted / proposed tokens since start (0 before any proposal).",
+           gauges.spec_proposed_tokens_total == 0
+               ? 0.0
+               : static_cast<double>(gauges.spec_accepted_tokens_total) /
+                     static_cast<double>(gauges.spec_proposed_tokens_total));
+  w.metric("pagedserve_spec_decode_mean_accepted_length", "gauge",
+           "Accepted tokens per sequence-step that verified proposals (0 before any).",
+           gauges.spec_rows_total == 0 ? 0.0
+                                       : static_cast<double>(gauges.spec_accepted_tokens_total) /
+                                             static_cast<double>(gauges.spec_rows_total));
   return w.take();
 }
 

@@ -102,6 +102,10 @@ struct EngineGauges {
   uint64_t preemptions_swap_total = 0;       // groups swapped out (counter)
   uint64_t preemptions_recompute_total = 0;  // groups freed to be recomputed (counter)
   actors::StageSeconds stage_s;              // time per stage of the served steps (counters)
+  // Speculative decoding (counters; all 0 when it is off).
+  uint64_t spec_rows_total = 0;             // sequence-steps that verified proposals
+  uint64_t spec_proposed_tokens_total = 0;  // tokens proposed in them
+  uint64_t spec_accepted_tokens_total = 0;  // of which accepted
 };
 
 EngineGauges gauges_from_stats(const actors::EngineStats& stats);

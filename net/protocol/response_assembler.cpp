@@ -35,6 +35,13 @@ ordered_json usage_json(const Usage& usage) {
   out["completion_tokens"] = usage.completion_tokens;
   out["total_tokens"] = usage.total_tokens();
   out["prompt_tokens_details"] = {{"cached_tokens", usage.cached_tokens}};
+  if (usage.speculative_proposed_tokens > 0) {
+    out["speculative_decoding"] = {
+        {"proposed_tokens", usage.speculative_proposed_tokens},
+        {"accepted_tokens", usage.speculative_accepted_tokens},
+        {"acceptance_rate", static_cast<double>(usage.speculative_accepted_tokens) /
+                                static_cast<double>(usage.speculative_proposed_tokens)}};
+  }
   return out;
 }
 
@@ -283,6 +290,8 @@ std::string ResponseAssembler::on_event(size_t prompt_index, const actors::Token
   if (prompt.finished) return {};
   if (event.num_prompt_tokens > 0) prompt.num_prompt_tokens = event.num_prompt_tokens;
   prompt.num_cached_tokens = std::max(prompt.num_cached_tokens, event.num_cached_tokens);
+  prompt.num_proposed_tokens = std::max(prompt.num_proposed_tokens, event.num_proposed_tokens);
+  prompt.num_accepted_tokens = std::max(prompt.num_accepted_tokens, event.num_accepted_tokens);
   if (std::optional<ApiError> error = error_for_finish(event)) {
     return end_with_error(std::move(*error));
   }
@@ -317,6 +326,8 @@ Usage ResponseAssembler::usage() const {
   for (const Prompt& prompt : prompts_) {
     usage.prompt_tokens += prompt.num_prompt_tokens;
     usage.cached_tokens += prompt.num_cached_tokens;
+    usage.speculative_proposed_tokens += prompt.num_proposed_tokens;
+    usage.speculative_accepted_tokens += prompt.num_accepted_tokens;
   }
   for (const Choice& choice : choices_) usage.completion_tokens += choice.num_tokens;
   return usage;

@@ -64,10 +64,14 @@ struct Usage {
   int prompt_tokens = 0;      // over the request's prompts (each counted once, not per choice)
   int completion_tokens = 0;  // generated tokens over the returned choices
   int cached_tokens = 0;      // prompt tokens served by the prefix cache
+  // Speculative decoding (docs/speculative-decoding.md): tokens proposed, and accepted.
+  int64_t speculative_proposed_tokens = 0;
+  int64_t speculative_accepted_tokens = 0;
   int total_tokens() const { return prompt_tokens + completion_tokens; }
 };
 // {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":
-// {"cached_tokens"}}.
+// {"cached_tokens"}}, plus "speculative_decoding": {"proposed_tokens", "accepted_tokens",
+// "acceptance_rate"} when the request had proposals.
 nlohmann::ordered_json usage_json(const Usage& usage);
 
 // Logprob values as OpenAI and vLLM send them: never below -9999 (-inf is not JSON).
@@ -125,6 +129,8 @@ class ResponseAssembler {
   struct Prompt {
     int num_prompt_tokens = 0;
     int num_cached_tokens = 0;
+    int64_t num_proposed_tokens = 0;  // speculative decoding
+    int64_t num_accepted_tokens = 0;
     bool finished = false;
   };
 

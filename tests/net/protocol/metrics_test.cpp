@@ -194,8 +194,13 @@ TEST(MetricsTest, RenderedTextParsesBack) {
   EXPECT_EQ(e.value("pagedserve_step_stage_seconds_total", "stage=\"sampling\""), 0.125);
   EXPECT_EQ(e.value("pagedserve_step_stage_seconds_total", "stage=\"detokenize\""), 0.75);
   EXPECT_EQ(e.value("pagedserve_step_stage_seconds_total", "stage=\"schedule\""), 0);
-  EXPECT_EQ(e.types.size(), 17u);
-  EXPECT_EQ(e.helps.size(), 17u);
+  // Speculative decoding (off here: every counter 0, the ratios 0 rather than NaN).
+  EXPECT_EQ(e.types.at("pagedserve_spec_decode_num_draft_tokens_total"), "counter");
+  EXPECT_EQ(e.value("pagedserve_spec_decode_num_accepted_tokens_total"), 0);
+  EXPECT_EQ(e.value("pagedserve_spec_decode_acceptance_rate"), 0);
+  EXPECT_EQ(e.value("pagedserve_spec_decode_mean_accepted_length"), 0);
+  EXPECT_EQ(e.types.size(), 22u);
+  EXPECT_EQ(e.helps.size(), 22u);
 }
 
 TEST(MetricsTest, EmptyRegistryRendersValidText) {

@@ -1,0 +1,52 @@
+// NgramProposer: prompt lookup by a backwards scan for the latest earlier occurrence of the
+// sequence's suffix, longest suffix first.
+#include "actors/ngram_proposer.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace pagedserve::actors {
+
+const char* speculative_method_name(SpeculativeMethod method) {
+  return method == SpeculativeMethod::kNgram ? "ngram" : "none";
+}
+
+SpeculativeMethod parse_speculative_method(std::string_view name) {
+  if (name == "none" || name.empty()) return SpeculativeMethod::kNone;
+  if (name == "ngram") return SpeculativeMethod::kNgram;
+  throw std::invalid_argument("unknown --speculative method '" + std::string(name) +
+                              "' (choices: none, ngram)");
+}
+
+std::string SpeculativeConfig::validate() const {
+  if (!enabled()) return {};
+  if (num_speculative_tokens < 1 || num_speculative_tokens > 64) {
+    return "num_speculative_tokens must be in [1, 64], got " +
+           std::to_string(num_speculative_tokens);
+  }
+  if (ngram_min < 1) return "ngram_min must be >= 1, got " + std::to_string(ngram_min);
+  if (ngram_max < ngram_min || ngram_max > 64) {
+    return "ngram_max must be in [ngram_min, 64], got " + std::to_string(ngram_max);
+  }
+  if (max_batch_seqs < 0) return "speculative max batch must be >= 0";
+  return {};
+}
+
+std::vector<int32_t> NgramProposer::propose(std::span<const int32_t> tokens, int max_tokens) const {
+  const int len = static_cast<int>(tokens.size());
+  if (max_tokens <= 0) return {};
+  for (int n = std::min(ngram_max_, len - 1); n >= ngram_min_; --n) {
+    const std::span<const int32_t> suffix = tokens.subspan(static_cast<size_t>(len - n));
+    // Occurrences start at i <= len - n - 1, so at least one token follows them.
+    for (int i = len - n - 1; i >= 0; --i) {
+      if (tokens[static_cast<size_t>(i)] != suffix.front()) continue;
+      if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + i)) continue;
+      const int begin = i + n;
+      const int end = std::min(len, begin + max_tokens);
+      return {tokens.begin() + begin, tokens.begin() + end};
+    }
+  }
+  return {};
+}
+
+}  // namespace pagedserve::actors

@@ -1,0 +1,51 @@
+// Speculative decoding's settings and its n-gram proposer (prompt lookup decoding): proposals
+// come from the request's own prompt and output, no extra model. NgramProposer is pure (no I/O,
+// no threads); the Scheduler asks it for every sequence it may speculate for when it plans a
+// step (see docs/speculative-decoding.md).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pagedserve::actors {
+
+enum class SpeculativeMethod { kNone, kNgram };
+const char* speculative_method_name(SpeculativeMethod method);  // "none", "ngram"
+// Throws std::invalid_argument naming the choices for anything but none / ngram.
+SpeculativeMethod parse_speculative_method(std::string_view name);
+
+struct SpeculativeConfig {
+  SpeculativeMethod method = SpeculativeMethod::kNone;  // --speculative
+  int num_speculative_tokens = 4;                       // --num-speculative-tokens: K
+  int ngram_min = 1;                                    // --ngram-min: shortest suffix matched
+  int ngram_max = 4;                                    // --ngram-max: longest suffix matched
+  // The policy: no proposals at all in a step planned while more than this many sequences
+  // run (verifying K extra tokens per sequence only pays while the step is bound by reading
+  // the weights, not by compute; docs/speculative-decoding.md has the measurements).
+  // --speculative-max-batch; 0 = no limit.
+  int max_batch_seqs = 4;
+
+  bool enabled() const { return method != SpeculativeMethod::kNone; }
+  // Empty when valid, else a message naming the bad field.
+  std::string validate() const;
+};
+
+class NgramProposer {
+ public:
+  NgramProposer(int ngram_min, int ngram_max) : ngram_min_(ngram_min), ngram_max_(ngram_max) {}
+
+  // Up to max_tokens proposals for what follows `tokens` (prompt + output so far): for the
+  // longest n in [ngram_max, ngram_min] such that the last n tokens occurred earlier (an
+  // occurrence followed by at least one token), the tokens that followed the latest such
+  // occurrence. Empty when no suffix of those lengths occurred before.
+  std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) const;
+
+ private:
+  int ngram_min_;
+  int ngram_max_;
+};
+
+}  // namespace pagedserve::actors

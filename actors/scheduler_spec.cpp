@@ -1,0 +1,97 @@
+// Scheduler, the speculative-decoding half: which sequences get n-gram proposals in a step
+// (the policy), and applying a row that verified them (accepted draws, then the KV slots
+// settled: accepted kept, rejected truncated). See "Speculative decoding" in scheduler.h.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "actors/scheduler.h"
+
+namespace pagedserve::actors {
+
+bool Scheduler::may_speculate(const SequenceGroup& group, const Sequence& seq) const {
+  const model::SamplingParams& params = group.sampling;
+  if (seq.finished() || !group.forked || group.is_beam_search() || params.grammar) return false;
+  // Proposals follow the sequence's last token, which must be known and the only one left.
+  if (seq.num_pending_samples > 0 || !kv_->has_sequence(seq.seq_id)) return false;
+  if (group.num_tokens(seq) - seq.num_computed_tokens != 1) return false;
+  // Before min_tokens the banned ids depend on the position; not worth the complexity.
+  return static_cast<int>(seq.output_token_ids.size()) >= params.min_tokens;
+}
+
+void Scheduler::propose_tokens() {
+  speculating_ = false;
+  if (!config_.speculative.enabled()) return;
+  // Every group's, not only the running ones': a group resumed from swap this step must not
+  // verify proposals made before it was preempted.
+  for (auto& [id, group] : groups_) {
+    for (Sequence& seq : group.seqs) seq.proposal.clear();
+  }
+  int num_seqs = 0;
+  for (uint64_t id : running_) num_seqs += groups_.at(id).num_live();
+  const int limit = config_.speculative.max_batch_seqs;
+  const bool allowed = num_seqs > 0 && (limit == 0 || num_seqs <= limit);
+  speculating_ = allowed;
+  for (uint64_t id : running_) {
+    SequenceGroup& group = groups_.at(id);
+    for (Sequence& seq : group.seqs) {
+      if (!allowed || !may_speculate(group, seq)) continue;
+      const int num_tokens = group.num_tokens(seq);
+      const int num_out = static_cast<int>(seq.output_token_ids.size());
+      // The step emits up to K + 1 tokens: never past max_tokens or max_model_len.
+      const int cap = std::min({config_.speculative.num_speculative_tokens,
+                                group.sampling.max_tokens - num_out - 1,
+                                config_.max_model_len - num_tokens - 1});
+      if (cap <= 0) continue;
+      seq.proposal = proposer_.propose(group.tokens(seq), cap);
+    }
+  }
+}
+
+int32_t Scheduler::planned_token(const SequenceGroup& group, const Sequence& seq, int i) const {
+  const int total = group.num_tokens(seq);
+  if (i < total) {
+    const int prompt_len = static_cast<int>(group.prompt_token_ids.size());
+    if (i < prompt_len) return group.prompt_token_ids[i];
+    const size_t out = static_cast<size_t>(i - prompt_len);
+    return out < seq.output_token_ids.size() ? seq.output_token_ids[out] : kPlaceholderToken;
+  }
+  return seq.proposal.at(static_cast<size_t>(i - total));
+}
+
+void Scheduler::accept_verified(SequenceGroup& group, Sequence& seq,
+                                const ScheduledSequence& scheduled,
+                                const SequenceStepOutput& output, RequestUpdate& update) {
+  const int num_proposed = scheduled.num_proposed_tokens;
+  const std::vector<model::TokenLogprob>& samples = output.samples;
+  const size_t first_proposal = scheduled.new_token_ids.size() - static_cast<size_t>(num_proposed);
+  if (samples.empty() || samples.size() > static_cast<size_t>(num_proposed) + 1) {
+    throw std::logic_error("Scheduler::update: sequence " + std::to_string(seq.seq_id) +
+                           " verified " + std::to_string(num_proposed) + " proposals but drew " +
+                           std::to_string(samples.size()) + " tokens");
+  }
+  for (size_t i = 0; i + 1 < samples.size(); ++i) {
+    if (samples[i].token_id != scheduled.new_token_ids[first_proposal + i]) {
+      throw std::logic_error("Scheduler::update: sequence " + std::to_string(seq.seq_id) +
+                             " accepted a draw that differs from its proposal");
+    }
+  }
+  const int num_accepted = static_cast<int>(samples.size()) - 1;
+  ++stats_.num_spec_rows;
+  stats_.num_spec_proposed_tokens += num_proposed;
+  stats_.num_spec_accepted_tokens += num_accepted;
+  seq.num_proposed_tokens += num_proposed;
+  seq.num_accepted_tokens += num_accepted;
+  // Each draw is a token as if sampled alone: stop checks after each, nothing after a stop.
+  for (size_t i = 0; i < samples.size() && !seq.finished(); ++i) {
+    append_sample(group, seq, samples[i], update);
+    if (i < output.reported_logprobs.size()) {
+      update.seqs.back().logprobs.push_back(output.reported_logprobs[i]);
+    }
+  }
+  if (seq.finished()) return;  // its blocks, speculative slots included, are freed
+  emit(cache::KvMemoryOp::settle_speculative(seq.seq_id, num_accepted));
+  seq.num_computed_tokens += num_accepted;
+}
+
+}  // namespace pagedserve::actors

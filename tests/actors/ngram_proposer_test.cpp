@@ -1,0 +1,87 @@
+// NgramProposer against a brute-force search written here from the definition: for n from
+// ngram_max down to ngram_min, every earlier position whose n tokens equal the last n (and
+// that some token follows), the latest one wins; its followers are the proposal.
+#include "actors/ngram_proposer.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+namespace pagedserve::actors {
+namespace {
+
+using Tokens = std::vector<int32_t>;
+
+Tokens brute_force(const Tokens& tokens, int min_n, int max_n, int k) {
+  const int len = static_cast<int>(tokens.size());
+  for (int n = max_n; n >= min_n; --n) {
+    if (n >= len) continue;  // the suffix itself plus one follower must fit before it
+    int best = -1;
+    for (int start = 0; start + n < len; ++start) {  // some token follows the occurrence
+      bool same = true;
+      for (int j = 0; j < n; ++j) same = same && tokens[start + j] == tokens[len - n + j];
+      if (same) best = start;  // keep the latest
+    }
+    if (best < 0) continue;
+    Tokens out;
+    for (int p = best + n; p < len && static_cast<int>(out.size()) < k; ++p) {
+      out.push_back(tokens[p]);
+    }
+    return out;
+  }
+  return {};
+}
+
+TEST(NgramProposer, ProposesWhatFollowedTheLatestLongestMatch) {
+  const NgramProposer proposer(1, 3);
+  // "1 2 3 9 | 1 2 3 7 | 1 2 3": the suffix 1 2 3 last occurred before 7.
+  EXPECT_EQ(proposer.propose(Tokens{1, 2, 3, 9, 1, 2, 3, 7, 8, 1, 2, 3}, 2), (Tokens{7, 8}));
+  // Only the 1-gram 5 matches: what followed its latest earlier occurrence.
+  EXPECT_EQ(proposer.propose(Tokens{5, 6, 5, 4, 4, 2, 5}, 3), (Tokens{4, 4, 2}));
+  // Proposals may run into the suffix itself (a repeating pattern).
+  EXPECT_EQ(proposer.propose(Tokens{7, 7, 7}, 4), (Tokens{7}));
+  EXPECT_TRUE(proposer.propose(Tokens{1, 2, 3, 4}, 4).empty());  // nothing repeats
+  EXPECT_TRUE(proposer.propose(Tokens{1}, 4).empty());
+  EXPECT_TRUE(proposer.propose(Tokens{}, 4).empty());
+  EXPECT_TRUE(proposer.propose(Tokens{1, 1}, 0).empty());
+  // A minimum of 2 ignores the 1-gram match.
+  EXPECT_TRUE(NgramProposer(2, 3).propose(Tokens{5, 6, 5, 4, 4, 2, 5}, 3).empty());
+}
+
+TEST(NgramProposer, MatchesBruteForceOnRandomSequences) {
+  std::mt19937 rng(7);
+  int nonempty = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int alphabet = std::uniform_int_distribution<int>(2, 12)(rng);
+    const int len = std::uniform_int_distribution<int>(0, 80)(rng);
+    Tokens tokens(static_cast<size_t>(len));
+    for (int32_t& t : tokens) t = std::uniform_int_distribution<int>(0, alphabet - 1)(rng);
+    const int min_n = std::uniform_int_distribution<int>(1, 4)(rng);
+    const int max_n = std::uniform_int_distribution<int>(min_n, 6)(rng);
+    const int k = std::uniform_int_distribution<int>(1, 8)(rng);
+    const Tokens got = NgramProposer(min_n, max_n).propose(tokens, k);
+    ASSERT_EQ(got, brute_force(tokens, min_n, max_n, k))
+        << "trial " << trial << " len " << len << " n " << min_n << ".." << max_n << " k " << k;
+    nonempty += got.empty() ? 0 : 1;
+  }
+  EXPECT_GT(nonempty, 1000);  // the comparison covered matches, not only misses
+}
+
+TEST(SpeculativeConfig, ValidatesItsFields) {
+  SpeculativeConfig config;
+  EXPECT_EQ(config.validate(), "");  // off
+  config.method = parse_speculative_method("ngram");
+  EXPECT_EQ(config.validate(), "");
+  config.ngram_min = 5;
+  EXPECT_NE(config.validate().find("ngram_max"), std::string::npos);
+  config.ngram_min = 1;
+  config.num_speculative_tokens = 0;
+  EXPECT_NE(config.validate().find("num_speculative_tokens"), std::string::npos);
+  EXPECT_THROW(parse_speculative_method("draft"), std::invalid_argument);
+  EXPECT_STREQ(speculative_method_name(SpeculativeMethod::kNgram), "ngram");
+}
+
+}  // namespace
+}  // namespace pagedserve::actors
