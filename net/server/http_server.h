@@ -66,6 +66,9 @@ struct HttpServerConfig {
   size_t sse_max_queued_events = 4096;
   int num_io_threads = 1;
   std::chrono::milliseconds stats_log_interval{10000};  // periodic engine line; 0: off
+  // --metrics-compat vllm: /metrics also shows vLLM's series (vllm:*), so routers configured
+  // for vLLM (the llm-d EPP's defaults, vLLM production-stack) read pagedserve unchanged.
+  bool metrics_vllm_compat = false;
   // One line per request and the periodic engine line; default: stderr.
   std::function<void(std::string_view)> log;
 };
