@@ -44,8 +44,13 @@ const char* const kServeHelp =
     "  --drain-timeout SECONDS      on SIGINT/SIGTERM, how long streams may finish (default 10)\n"
     "  --idle-timeout SECONDS       close connections silent this long (default 60)\n"
     "  --log-interval SECONDS       period of the engine log line, 0 = off (default 10)\n"
+    "  --metrics-compat vllm        /metrics also shows vLLM's series (vllm:num_requests_waiting,\n"
+    "                               vllm:kv_cache_usage_perc, ...) for routers set up for vLLM\n"
+    "  --check-args                 check the flags, print 'arguments OK' and exit (loads\n"
+    "                               no model)\n"
     "endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,\n"
-    "  GET /version, POST /tokenize, POST /detokenize, GET /metrics, WebSocket GET /v1/stream\n";
+    "  GET /version, POST /tokenize, POST /detokenize, GET /metrics, WebSocket GET /v1/stream,\n"
+    "  POST /v1/completions/render, POST /v1/chat/completions/render\n";
 
 // --api-key-file: one key per line; surrounding whitespace, blank lines and lines starting
 // with '#' are ignored. An unreadable file, or one without a key, is a usage error.
@@ -120,6 +125,15 @@ void read_limit_flags(const CliFlags& flags, net::HttpServerConfig& config) {
       static_cast<int>(flags.get_int("max-requests-per-connection", 0, 0, INT32_MAX));
 }
 
+// What routers in front of replicas read (docs/scale-out.md).
+void read_router_flags(const CliFlags& flags, net::HttpServerConfig& config) {
+  const std::string compat = flags.get("metrics-compat", "");
+  if (!compat.empty() && compat != "vllm") {
+    throw UsageError("--metrics-compat must be vllm, got '" + compat + "'");
+  }
+  config.metrics_vllm_compat = compat == "vllm";
+}
+
 net::HttpServerConfig server_config_from_flags(const CliFlags& flags) {
   net::HttpServerConfig config;
   config.host = flags.get("host", config.host);
@@ -146,6 +160,7 @@ net::HttpServerConfig server_config_from_flags(const CliFlags& flags) {
   config.drain_timeout = std::chrono::seconds(flags.get_int("drain-timeout", 10, 0, 3600));
   config.idle_timeout = std::chrono::seconds(flags.get_int("idle-timeout", 60, 1, 86400));
   config.stats_log_interval = std::chrono::seconds(flags.get_int("log-interval", 10, 0, 86400));
+  read_router_flags(flags, config);
   return config;
 }
 
@@ -174,8 +189,10 @@ int run_serve(const std::vector<std::string>& args) {
                       "drain-timeout",
                       "idle-timeout",
                       "log-interval"});
+  value_flags.insert("metrics-compat");  // scale-out: routers (docs/scale-out.md)
   std::set<std::string> bool_flags = kEngineBoolFlags;
   bool_flags.insert("help");
+  bool_flags.insert("check-args");
   const CliFlags flags(args, value_flags, bool_flags);
   if (flags.has("help")) {
     std::cout << kServeHelp << kEngineFlagsHelp;
@@ -183,6 +200,10 @@ int run_serve(const std::vector<std::string>& args) {
   }
   const actors::EngineConfig engine_config = engine_config_from_flags(flags);
   const net::HttpServerConfig server_config = server_config_from_flags(flags);
+  if (flags.has("check-args")) {  // e.g. a deployment manifest's args, checked offline
+    std::cout << "pagedserve serve: arguments OK" << std::endl;
+    return 0;
+  }
   std::unique_ptr<actors::Engine> engine =
       actors::Engine::start(engine_config, net::engine_options_for(server_config, engine_config));
   {
