@@ -35,12 +35,15 @@ class Server:
             if time.monotonic() > deadline:
                 raise RuntimeError("serve did not report its port within 60 s")
         # Keep reading its log so a full pipe never blocks the server.
-        threading.Thread(target=self.proc.stderr.read, daemon=True).start()
+        self.log_reader = threading.Thread(target=self.proc.stderr.read, daemon=True)
+        self.log_reader.start()
         self.base = f"http://127.0.0.1:{self.port}"
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
         code = self.proc.wait(timeout=60)
+        self.log_reader.join(timeout=10)  # EOF once the server is gone
+        self.proc.stderr.close()
         if code != 0:
             raise RuntimeError(f"serve exited with {code} after SIGTERM")
 
