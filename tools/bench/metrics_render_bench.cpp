@@ -4,7 +4,7 @@
 // any renderer of that text must spend. The llm-d endpoint picker scrapes every 50 ms, so the
 // target is well under 1 ms.
 //
-//   build/bin/metrics_render_bench [--benchmark_min_time=0.5s]
+//   build/bin/metrics_render_bench [--benchmark_min_time=0.5]
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
