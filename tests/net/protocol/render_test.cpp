@@ -120,12 +120,16 @@ TEST(RenderTest, ResponseHasVllmGenerateRequestShape) {
   EXPECT_EQ(sampling["stop"], json({"\n\n"}));
   EXPECT_EQ(sampling["n"], 1);
 
-  // Without max_tokens: what the context leaves after the prompt, as for a real request.
+  // Without max_tokens: the completions default (16, OpenAI's and vLLM's), as for a real
+  // request; chat gets what the context leaves after the prompt.
   const json completion = render_ok(Endpoint::kCompletions, {{"prompt", "Hello world"}}, served);
   ASSERT_EQ(completion.size(), 1u);
-  const size_t num_prompt = completion[0]["token_ids"].size();
   EXPECT_EQ(completion[0]["request_id"].get<std::string>().rfind("cmpl-", 0), 0u);
-  EXPECT_EQ(completion[0]["sampling_params"]["max_tokens"], 2048 - static_cast<int>(num_prompt));
+  EXPECT_EQ(completion[0]["sampling_params"]["max_tokens"], 16);
+  const json open_chat =
+      render_ok(Endpoint::kChat, {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}}, served);
+  EXPECT_EQ(open_chat["sampling_params"]["max_tokens"],
+            2048 - static_cast<int>(open_chat["token_ids"].size()));
   EXPECT_EQ(completion[0]["stream"], false);
   EXPECT_TRUE(completion[0]["stream_options"].is_null());
 }
