@@ -46,8 +46,13 @@ const char* const kServeHelp =
     "  --idle-timeout SECONDS       close connections silent this long (default 60)\n"
     "  --log-interval SECONDS       period of the engine log line, 0 = off (default 10)\n"
     "  --no-ui                      do not serve the playground page at GET / (docs/playground.md)\n"
+    "  --metrics-compat vllm        /metrics also shows vLLM's series (vllm:num_requests_waiting,\n"
+    "                               vllm:kv_cache_usage_perc, ...) for routers set up for vLLM\n"
+    "  --check-args                 check the flags, print 'arguments OK' and exit (loads\n"
+    "                               no model)\n"
     "endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,\n"
-    "  GET /version, POST /tokenize, POST /detokenize, GET /metrics, WebSocket GET /v1/stream\n";
+    "  GET /version, POST /tokenize, POST /detokenize, GET /metrics, WebSocket GET /v1/stream,\n"
+    "  POST /v1/completions/render, POST /v1/chat/completions/render\n";
 
 // --api-key-file: one key per line; surrounding whitespace, blank lines and lines starting
 // with '#' are ignored. An unreadable file, or one without a key, is a usage error.
@@ -122,6 +127,15 @@ void read_limit_flags(const CliFlags& flags, net::HttpServerConfig& config) {
       static_cast<int>(flags.get_int("max-requests-per-connection", 0, 0, INT32_MAX));
 }
 
+// What routers in front of replicas read (docs/scale-out.md).
+void read_router_flags(const CliFlags& flags, net::HttpServerConfig& config) {
+  const std::string compat = flags.get("metrics-compat", "");
+  if (!compat.empty() && compat != "vllm") {
+    throw UsageError("--metrics-compat must be vllm, got '" + compat + "'");
+  }
+  config.metrics_vllm_compat = compat == "vllm";
+}
+
 net::HttpServerConfig server_config_from_flags(const CliFlags& flags) {
   net::HttpServerConfig config;
   config.host = flags.get("host", config.host);
@@ -149,6 +163,7 @@ net::HttpServerConfig server_config_from_flags(const CliFlags& flags) {
   config.idle_timeout = std::chrono::seconds(flags.get_int("idle-timeout", 60, 1, 86400));
   config.stats_log_interval = std::chrono::seconds(flags.get_int("log-interval", 10, 0, 86400));
   config.serve_ui = !flags.has("no-ui");
+  read_router_flags(flags, config);
   return config;
 }
 
@@ -181,6 +196,8 @@ int run_serve(const std::vector<std::string>& args) {
   std::set<std::string> bool_flags = kEngineBoolFlags;
   bool_flags.insert("help");
   bool_flags.insert("no-ui");
+  value_flags.insert("metrics-compat");  // scale-out: routers (docs/scale-out.md)
+  bool_flags.insert("check-args");
   const CliFlags flags(args, value_flags, bool_flags);
   if (flags.has("help")) {
     std::cout << kServeHelp << kEngineFlagsHelp << kKvEventsFlagsHelp;
@@ -188,6 +205,10 @@ int run_serve(const std::vector<std::string>& args) {
   }
   const actors::EngineConfig engine_config = engine_config_from_flags(flags);
   const net::HttpServerConfig server_config = server_config_from_flags(flags);
+  if (flags.has("check-args")) {  // e.g. a deployment manifest's args, checked offline
+    std::cout << "pagedserve serve: arguments OK" << std::endl;
+    return 0;
+  }
   actors::EngineOptions engine_options = net::engine_options_for(server_config, engine_config);
   // KV-cache events (docs/kv-events.md): the publisher outlives the engine that feeds it.
   engine_options.kv_event_publisher = kv_event_publisher_from_flags(

@@ -1,9 +1,9 @@
-// The Prometheus registry, text rendering and per-request timing (see metrics.h).
+// The Prometheus registry and per-request timing (see metrics.h); the text rendering is in
+// metrics_render.cpp.
 #include "net/protocol/metrics.h"
 
 #include <algorithm>
 #include <cassert>
-#include <charconv>
 #include <cmath>
 
 namespace pagedserve::net {
@@ -92,155 +92,10 @@ EngineGauges gauges_from_stats(const actors::EngineStats& stats) {
   gauges.spec_proposed_tokens_total = static_cast<uint64_t>(stats.num_spec_proposed_tokens);
   gauges.spec_accepted_tokens_total = static_cast<uint64_t>(stats.num_spec_accepted_tokens);
   if (stats.num_kv_blocks_total > 0) {
-    gauges.kv_cache_usage_ratio =
+    gauges.kv_cache_usage_perc =
         static_cast<double>(stats.num_kv_blocks_used) / stats.num_kv_blocks_total;
   }
   return gauges;
-}
-
-namespace {
-
-// Prometheus sample values: shortest round-trip decimal, +Inf/-Inf/NaN spelled its way.
-std::string format_value(double value) {
-  if (std::isnan(value)) return "NaN";
-  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
-  char buffer[64];
-  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  return std::string(buffer, ec == std::errc() ? end : buffer);
-}
-
-std::string escape_label(std::string_view value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-class Writer {
- public:
-  void header(std::string_view name, std::string_view type, std::string_view help) {
-    text_ += "# HELP " + std::string(name) + " " + std::string(help) + "\n";
-    text_ += "# TYPE " + std::string(name) + " " + std::string(type) + "\n";
-  }
-  void sample(std::string_view name, std::string_view labels, double value) {
-    text_ += std::string(name);
-    if (!labels.empty()) text_ += "{" + std::string(labels) + "}";
-    text_ += " " + format_value(value) + "\n";
-  }
-  void metric(std::string_view name, std::string_view type, std::string_view help, double value) {
-    header(name, type, help);
-    sample(name, "", value);
-  }
-  void histogram(std::string_view name, std::string_view help, const Histogram& histogram) {
-    const Histogram::Snapshot s = histogram.snapshot();
-    header(name, "histogram", help);
-    const std::string bucket = std::string(name) + "_bucket";
-    for (size_t i = 0; i < s.upper_bounds.size(); ++i) {
-      sample(bucket, "le=\"" + format_value(s.upper_bounds[i]) + "\"",
-             static_cast<double>(s.cumulative[i]));
-    }
-    sample(bucket, "le=\"+Inf\"", static_cast<double>(s.count));
-    sample(std::string(name) + "_sum", "", s.sum);
-    sample(std::string(name) + "_count", "", static_cast<double>(s.count));
-  }
-  std::string take() { return std::move(text_); }
-
- private:
-  std::string text_;
-};
-
-}  // namespace
-
-std::string render_prometheus(const Metrics& metrics, const EngineGauges& gauges) {
-  Writer w;
-  w.metric("pagedserve_prompt_tokens_total", "counter", "Prompt tokens processed.",
-           static_cast<double>(metrics.prompt_tokens()));
-  w.metric("pagedserve_generation_tokens_total", "counter", "Generated tokens.",
-           static_cast<double>(metrics.generation_tokens()));
-  w.header("pagedserve_request_success_total", "counter",
-           "Requests finished, by finish reason (stop, length, abort).");
-  for (const auto& [reason, count] : metrics.finished_requests()) {
-    w.sample("pagedserve_request_success_total", "finish_reason=\"" + escape_label(reason) + "\"",
-             static_cast<double>(count));
-  }
-  w.histogram("pagedserve_time_to_first_token_seconds", "Time to first token in seconds.",
-              metrics.time_to_first_token());
-  w.histogram("pagedserve_inter_token_latency_seconds",
-              "Time between consecutive outputs of one sequence in seconds.",
-              metrics.inter_token_latency());
-  w.histogram("pagedserve_e2e_request_latency_seconds",
-              "Request latency from arrival to final output in seconds.",
-              metrics.e2e_request_latency());
-  w.metric("pagedserve_num_requests_running", "gauge", "Sequences running on the engine.",
-           gauges.num_requests_running);
-  w.metric("pagedserve_num_requests_waiting", "gauge", "Sequences waiting to be scheduled.",
-           gauges.num_requests_waiting);
-  w.metric("pagedserve_num_requests_swapped", "gauge", "Sequences swapped out to host memory.",
-           gauges.num_requests_swapped);
-  w.metric("pagedserve_kv_blocks_total", "gauge", "KV cache blocks on the device.",
-           static_cast<double>(gauges.kv_blocks_total));
-  w.metric("pagedserve_kv_blocks_free", "gauge", "Allocatable KV cache blocks.",
-           static_cast<double>(gauges.kv_blocks_free));
-  w.metric("pagedserve_kv_blocks_cached", "gauge",
-           "Free KV cache blocks that still hold prefix-cache content.",
-           static_cast<double>(gauges.kv_blocks_cached));
-  w.metric("pagedserve_kv_cache_usage_ratio", "gauge", "Fraction of KV cache blocks in use.",
-           gauges.kv_cache_usage_ratio);
-  w.metric("pagedserve_prefix_cache_queries_total", "counter",
-           "Prompt blocks looked up in the prefix cache.",
-           static_cast<double>(gauges.prefix_cache_queries_total));
-  w.metric("pagedserve_prefix_cache_hits_total", "counter",
-           "Prompt blocks found in the prefix cache.",
-           static_cast<double>(gauges.prefix_cache_hits_total));
-  w.header("pagedserve_preemptions_total", "counter", "Sequence groups preempted, by mode.");
-  w.sample("pagedserve_preemptions_total", "mode=\"swap\"",
-           static_cast<double>(gauges.preemptions_swap_total));
-  w.sample("pagedserve_preemptions_total", "mode=\"recompute\"",
-           static_cast<double>(gauges.preemptions_recompute_total));
-  w.header("pagedserve_step_stage_seconds_total", "counter",
-           "Seconds spent per stage of the served steps: executor stages (copies, forward, "
-           "sampling) and host stages on other threads (schedule, process_outputs, detokenize).");
-  const actors::StageSeconds& s = gauges.stage_s;
-  for (const auto& [stage, seconds] : {std::pair{"schedule", s.schedule},
-                                       {"copies", s.copies},
-                                       {"forward", s.forward},
-                                       {"sampling", s.sampling},
-                                       {"process_outputs", s.process_outputs},
-                                       {"detokenize", s.detokenize}}) {
-    w.sample("pagedserve_step_stage_seconds_total", std::string("stage=\"") + stage + "\"",
-             seconds);
-  }
-  // Speculative decoding: acceptance rate = accepted / proposed; mean accepted length per
-  // verifying sequence-step = accepted / rows.
-  w.metric("pagedserve_spec_decode_num_draft_tokens_total", "counter",
-           "Tokens proposed by speculative decoding.",
-           static_cast<double>(gauges.spec_proposed_tokens_total));
-  w.metric("pagedserve_spec_decode_num_accepted_tokens_total", "counter",
-           "Proposed tokens accepted by verification.",
-           static_cast<double>(gauges.spec_accepted_tokens_total));
-  w.metric("pagedserve_spec_decode_num_drafts_total", "counter",
-           "Sequence-steps that verified proposals.", static_cast<double>(gauges.spec_rows_total));
-  w.metric("pagedserve_spec_decode_acceptance_rate", "gauge",
-           "Accepted / proposed tokens since start (0 before any proposal).",
-           gauges.spec_proposed_tokens_total == 0
-               ? 0.0
-               : static_cast<double>(gauges.spec_accepted_tokens_total) /
-                     static_cast<double>(gauges.spec_proposed_tokens_total));
-  w.metric("pagedserve_spec_decode_mean_accepted_length", "gauge",
-           "Accepted tokens per sequence-step that verified proposals (0 before any).",
-           gauges.spec_rows_total == 0 ? 0.0
-                                       : static_cast<double>(gauges.spec_accepted_tokens_total) /
-                                             static_cast<double>(gauges.spec_rows_total));
-  return w.take();
 }
 
 RequestTimer::RequestTimer(Metrics& metrics, Clock::time_point arrival)

@@ -1,7 +1,13 @@
 // Metrics: the server's Prometheus registry (counters and latency histograms the transport
 // records per request), EngineGauges (a plain struct the server fills from the engine before
-// each scrape), render_prometheus (text exposition format 0.0.4, for GET /metrics) and
-// RequestTimer (per-request TTFT / inter-token / end-to-end latency from event times).
+// each scrape), MetricsExposition (which names and labels /metrics shows, fixed at start-up),
+// render_prometheus (text exposition format 0.0.4, for GET /metrics) and RequestTimer
+// (per-request TTFT / inter-token / end-to-end latency from event times).
+//
+// Routers read these: the llm-d endpoint picker (EPP) scores replicas by
+// num_requests_waiting, kv_cache_usage_perc and cache_config_info; with --metrics-compat vllm
+// the same values also appear under vLLM's names (vllm:*), which the EPP's default engine
+// config and vLLM production-stack's router read with no configuration.
 //
 // Thread safety: Metrics may be updated and rendered from any number of threads (counters are
 // atomics; each histogram and the finish-reason map have their own mutex, so a scrape sees a
@@ -96,7 +102,7 @@ struct EngineGauges {
   int64_t kv_blocks_total = 0;               // device KV blocks in the pool
   int64_t kv_blocks_free = 0;                // allocatable (including evictable cached ones)
   int64_t kv_blocks_cached = 0;              // free blocks still holding prefix-cache content
-  double kv_cache_usage_ratio = 0;           // used / total, in [0, 1]
+  double kv_cache_usage_perc = 0;            // used / total blocks: a fraction in [0, 1]
   uint64_t prefix_cache_queries_total = 0;   // prompt tokens looked up (counter)
   uint64_t prefix_cache_hits_total = 0;      // of which found in the cache (counter)
   uint64_t preemptions_swap_total = 0;       // groups swapped out (counter)
@@ -106,13 +112,28 @@ struct EngineGauges {
   uint64_t spec_rows_total = 0;             // sequence-steps that verified proposals
   uint64_t spec_proposed_tokens_total = 0;  // tokens proposed in them
   uint64_t spec_accepted_tokens_total = 0;  // of which accepted
+  double scrape_unix_s = 0;                  // wall clock of the scrape (vLLM's LoRA info value)
+};
+
+// Which names and labels /metrics shows; the server fills it once from its flags and the
+// engine's config.
+struct MetricsExposition {
+  // --metrics-compat vllm: also export vLLM's series (vllm:num_requests_waiting, ...,
+  // vllm:cache_config_info, the latency histograms), labelled model_name and engine="0".
+  bool vllm_compat = false;
+  std::string model_name;            // the served model name (vLLM's model_name label)
+  int block_size_tokens = 0;         // tokens per KV block (cache_config_info{block_size})
+  std::string cache_dtype = "auto";  // --kv-cache-dtype (cache_config_info{cache_dtype})
+  bool enable_prefix_caching = true;
 };
 
 EngineGauges gauges_from_stats(const actors::EngineStats& stats);
 
-// Every metric with # HELP and # TYPE lines; histograms as cumulative _bucket{le} lines
-// ending in le="+Inf", then _sum and _count.
-std::string render_prometheus(const Metrics& metrics, const EngineGauges& gauges);
+// Every metric with # HELP and # TYPE lines, one series per gauge; histograms as cumulative
+// _bucket{le} lines ending in le="+Inf", then _sum and _count. Each histogram is snapshotted
+// once, so its pagedserve_* and vllm:* series agree.
+std::string render_prometheus(const Metrics& metrics, const EngineGauges& gauges,
+                              const MetricsExposition& exposition = {});
 
 // Records one engine request's latencies into Metrics from its events' arrival times:
 // TTFT = first token - arrival; inter-token latency = time between consecutive token-bearing

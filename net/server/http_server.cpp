@@ -118,7 +118,7 @@ std::string engine_line(const actors::EngineStats& stats, double tokens_per_s) {
                 "engine: running %d, waiting %d, swapped %d, kv usage %.1f%% (%d/%d blocks), "
                 "prefix hit rate %.1f%%, %.1f tokens/s",
                 gauges.num_requests_running, gauges.num_requests_waiting,
-                gauges.num_requests_swapped, 100.0 * gauges.kv_cache_usage_ratio,
+                gauges.num_requests_swapped, 100.0 * gauges.kv_cache_usage_perc,
                 stats.num_kv_blocks_used, stats.num_kv_blocks_total, hit_rate, tokens_per_s);
   return line;
 }

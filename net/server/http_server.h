@@ -70,6 +70,9 @@ struct HttpServerConfig {
   // The playground page (GET /, GET /ui/*; docs/playground.md), open without a key: it asks
   // for one. false (--no-ui): those paths are 404 like any unknown path.
   bool serve_ui = true;
+  // --metrics-compat vllm: /metrics also shows vLLM's series (vllm:*), so routers configured
+  // for vLLM (the llm-d EPP's defaults, vLLM production-stack) read pagedserve unchanged.
+  bool metrics_vllm_compat = false;
   // One line per request and the periodic engine line; default: stderr.
   std::function<void(std::string_view)> log;
 };

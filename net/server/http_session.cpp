@@ -318,9 +318,11 @@ asio::awaitable<bool> serve_generation(Session<Stream>& s, const Request& req,
 }
 
 HttpResponse metrics_response(ServerState& state) {
-  return HttpResponse{
-      200, std::string(kPrometheusContentType),
-      render_prometheus(state.metrics(), gauges_from_stats(state.engine().stats()))};
+  EngineGauges gauges = gauges_from_stats(state.engine().stats());
+  gauges.scrape_unix_s =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return HttpResponse{200, std::string(kPrometheusContentType),
+                      render_prometheus(state.metrics(), gauges, state.metrics_exposition())};
 }
 
 // Answers one request; false when the connection must close (or was handed to a WebSocket).

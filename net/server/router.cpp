@@ -7,6 +7,7 @@
 #include "net/protocol/completions.h"
 #include "net/protocol/endpoints.h"
 #include "net/ui/ui_assets.h"
+#include "net/protocol/render.h"
 
 namespace pagedserve::net {
 namespace {
@@ -193,6 +194,11 @@ Route route_request(const RouteInput& input, const ServedModel& served,
   }
   if (path == "/v1/completions" || path == "/v1/chat/completions") {
     return route_generation(input, path, served);
+  }
+  if (path == kCompletionsRenderPath || path == kChatRenderPath) {
+    if (input.method != "POST") return method_not_allowed_response(input.method, path);
+    return render_response(path == kChatRenderPath ? Endpoint::kChat : Endpoint::kCompletions,
+                           input.body, served);
   }
   if (path == "/metrics") {
     if (input.method != "GET") return method_not_allowed_response(input.method, path);

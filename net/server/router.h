@@ -1,7 +1,8 @@
 // The server's request routing as a pure function (request line, auth header and body in; what
 // to do out), so the sessions only do I/O. Decides: authentication (401), the small endpoints
 // (net/protocol/endpoints.h), parsing completions/chat bodies (400s come from the protocol
-// layer), /metrics, the WebSocket upgrade, 404 and 405. No Asio; any thread.
+// layer), the render endpoints (net/protocol/render.h), /metrics, the WebSocket upgrade, 404
+// and 405. No Asio; any thread.
 //
 // Authentication: with API keys set, every path but /health and /metrics needs one of them as
 // "Authorization: Bearer <key>" (OpenAI's and vLLM's way) or "X-Api-Key: <key>" (llama.cpp's,

@@ -35,6 +35,18 @@ ServedModel served_model_for(const actors::Engine& engine, const HttpServerConfi
   return served;
 }
 
+MetricsExposition exposition_for(const actors::Engine& engine, const HttpServerConfig& config,
+                                 const ServedModel& served) {
+  const actors::EngineConfig& resolved = engine.config();
+  MetricsExposition exposition;
+  exposition.vllm_compat = config.metrics_vllm_compat;
+  exposition.model_name = served.name;
+  exposition.block_size_tokens = resolved.block_size;
+  exposition.cache_dtype = resolved.kv_cache_dtype;
+  exposition.enable_prefix_caching = resolved.enable_prefix_caching;
+  return exposition;
+}
+
 }  // namespace
 
 std::string served_model_name_for(const HttpServerConfig& config,
@@ -57,7 +69,8 @@ ServerState::ServerState(actors::Engine& engine, HttpServerConfig config)
     : engine_(engine),
       config_(std::move(config)),
       served_(served_model_for(engine, config_)),
-      access_{config_.api_keys, config_.allowed_origins, config_.serve_ui} {}
+      access_{config_.api_keys, config_.allowed_origins, config_.serve_ui},
+      exposition_(exposition_for(engine, config_, served_)) {}
 
 // Waiting = requests in flight beyond the max_num_seqs the engine can run at once. (The
 // scheduler's own num_waiting_seqs lags and counts requests just added that are about to run,

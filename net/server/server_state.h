@@ -69,6 +69,7 @@ class ServerState {
   const ServedModel& served() const { return served_; }
   const AccessPolicy& access() const { return access_; }
   Metrics& metrics() { return *metrics_; }
+  const MetricsExposition& metrics_exposition() const { return exposition_; }
   const std::shared_ptr<PostGate>& gate() const { return gate_; }
 
   // ---- admission ----
@@ -109,6 +110,7 @@ class ServerState {
   const HttpServerConfig config_;
   const ServedModel served_;
   const AccessPolicy access_;
+  const MetricsExposition exposition_;
   // Shared with engine callbacks, which may outlive the server (see PostGate).
   const std::shared_ptr<Metrics> metrics_ = std::make_shared<Metrics>();
   const std::shared_ptr<PostGate> gate_ = std::make_shared<PostGate>();

@@ -79,7 +79,7 @@ struct Exposition {
       const std::string value = line.substr(space + 1);
       s.value = value == "+Inf" ? INFINITY : std::stod(value);
       for (char c : s.name)
-        ASSERT_TRUE(std::isalnum(static_cast<unsigned char>(c)) || c == '_') << line;
+        ASSERT_TRUE(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == ':') << line;
       const std::string family = family_of(s.name, types);
       ASSERT_TRUE(types.count(family)) << "sample before its TYPE: " << line;
       ASSERT_TRUE(helps.count(family)) << "sample without HELP: " << line;
@@ -153,7 +153,7 @@ TEST(MetricsTest, RenderedTextParsesBack) {
   gauges.kv_blocks_total = 100;
   gauges.kv_blocks_free = 60;
   gauges.kv_blocks_cached = 10;
-  gauges.kv_cache_usage_ratio = 0.4;
+  gauges.kv_cache_usage_perc = 0.4;
   gauges.prefix_cache_queries_total = 50;
   gauges.prefix_cache_hits_total = 20;
   gauges.preemptions_swap_total = 2;
@@ -182,7 +182,9 @@ TEST(MetricsTest, RenderedTextParsesBack) {
   EXPECT_EQ(e.value("pagedserve_kv_blocks_total"), 100);
   EXPECT_EQ(e.value("pagedserve_kv_blocks_free"), 60);
   EXPECT_EQ(e.value("pagedserve_kv_blocks_cached"), 10);
-  EXPECT_DOUBLE_EQ(e.value("pagedserve_kv_cache_usage_ratio"), 0.4);
+  EXPECT_DOUBLE_EQ(e.value("pagedserve_kv_cache_usage_perc"), 0.4);
+  EXPECT_EQ(e.types.at("pagedserve_cache_config_info"), "gauge");
+  EXPECT_EQ(e.value("pagedserve_cache_config_info", "block_size=\"0\",num_gpu_blocks=\"100\""), 1);
   EXPECT_EQ(e.types.at("pagedserve_prefix_cache_queries_total"), "counter");
   EXPECT_EQ(e.value("pagedserve_prefix_cache_queries_total"), 50);
   EXPECT_EQ(e.value("pagedserve_prefix_cache_hits_total"), 20);
@@ -199,8 +201,92 @@ TEST(MetricsTest, RenderedTextParsesBack) {
   EXPECT_EQ(e.value("pagedserve_spec_decode_num_accepted_tokens_total"), 0);
   EXPECT_EQ(e.value("pagedserve_spec_decode_acceptance_rate"), 0);
   EXPECT_EQ(e.value("pagedserve_spec_decode_mean_accepted_length"), 0);
-  EXPECT_EQ(e.types.size(), 22u);
-  EXPECT_EQ(e.helps.size(), 22u);
+    EXPECT_EQ(e.types.size(), 23u);
+  EXPECT_EQ(e.helps.size(), 23u);
+  for (const auto& [family, type] : e.types) EXPECT_EQ(family.rfind("vllm:", 0), std::string::npos);
+}
+
+// --metrics-compat vllm: every series the llm-d EPP's default "vllm" engine config reads
+// (pkg/epp/.../extractor/metrics/factories.go), and the latency histograms, under vLLM's names
+// and labels, carrying the same values as the pagedserve_* series.
+TEST(MetricsTest, VllmCompatExportsVllmNames) {
+  Metrics metrics;
+  metrics.add_prompt_tokens(9);
+  metrics.add_generation_tokens(21);
+  metrics.count_finished_request("length");
+  metrics.observe_time_to_first_token(0.03);
+  metrics.observe_inter_token_latency(0.02);
+  metrics.observe_inter_token_latency(0.2);
+  metrics.observe_e2e_request_latency(1.5);
+  EngineGauges gauges;
+  gauges.num_requests_running = 3;
+  gauges.num_requests_waiting = 4;
+  gauges.kv_blocks_total = 100;
+  gauges.kv_blocks_free = 75;
+  gauges.kv_cache_usage_perc = 0.25;
+  gauges.prefix_cache_queries_total = 64;
+  gauges.prefix_cache_hits_total = 32;
+  gauges.preemptions_swap_total = 1;
+  gauges.preemptions_recompute_total = 2;
+  gauges.scrape_unix_s = 1.7e9;
+  MetricsExposition x;
+  x.model_name = "my \"model\"";
+  x.block_size_tokens = 16;
+  x.cache_dtype = "float16";
+
+  // Without the flag: no vLLM name at all.
+  EXPECT_EQ(render_prometheus(metrics, gauges, x).find("vllm:"), std::string::npos);
+
+  x.vllm_compat = true;
+  const Exposition e(render_prometheus(metrics, gauges, x));
+  const std::string labels = "model_name=\"my \\\"model\\\"\",engine=\"0\"";
+  for (const char* gauge :
+       {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc", "vllm:cache_config_info", "vllm:lora_requests_info"}) {
+    EXPECT_EQ(e.types.at(gauge), "gauge") << gauge;
+    int series = 0;
+    for (const Sample& s : e.samples) series += s.name == gauge;
+    EXPECT_EQ(series, 1) << gauge;
+  }
+  EXPECT_EQ(e.value("vllm:num_requests_running", labels), 3);
+  EXPECT_EQ(e.value("vllm:num_requests_waiting", labels), 4);
+  EXPECT_DOUBLE_EQ(e.value("vllm:kv_cache_usage_perc", labels), 0.25);
+  EXPECT_DOUBLE_EQ(e.value("vllm:gpu_cache_usage_perc", labels), 0.25);
+  EXPECT_EQ(e.value("vllm:cache_config_info",
+                    "block_size=\"16\",num_gpu_blocks=\"100\",cache_dtype=\"float16\","
+                    "enable_prefix_caching=\"True\",engine=\"0\""),
+            1);
+  EXPECT_EQ(e.value("vllm:lora_requests_info",
+                    "max_lora=\"0\",running_lora_adapters=\"\",waiting_lora_adapters=\"\""),
+            1.7e9);
+  for (const char* counter :
+       {"vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+        "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
+        "vllm:num_preemptions_total", "vllm:gpu_prefix_cache_queries_total"}) {
+    EXPECT_EQ(e.types.at(counter), "counter") << counter;
+  }
+  EXPECT_EQ(e.value("vllm:prefix_cache_queries_total", labels), 64);
+  EXPECT_EQ(e.value("vllm:prefix_cache_hits_total", labels), 32);
+  EXPECT_EQ(e.value("vllm:prompt_tokens_total", labels), 9);
+  EXPECT_EQ(e.value("vllm:generation_tokens_total", labels), 21);
+  EXPECT_EQ(e.value("vllm:num_preemptions_total", labels), 3);
+  EXPECT_EQ(e.value("vllm:request_success_total", labels + ",finished_reason=\"length\""), 1);
+  EXPECT_EQ(e.value("vllm:request_success_total", labels + ",finished_reason=\"stop\""), 0);
+  for (const char* h : {"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+                        "vllm:time_per_output_token_seconds", "vllm:e2e_request_latency_seconds"}) {
+    EXPECT_EQ(e.types.at(h), "histogram") << h;
+  }
+  EXPECT_EQ(e.value("vllm:inter_token_latency_seconds_count", labels), 2);
+  EXPECT_NEAR(e.value("vllm:inter_token_latency_seconds_sum", labels), 0.22, 1e-12);
+  EXPECT_EQ(e.value("vllm:inter_token_latency_seconds_bucket", labels + ",le=\"0.025\""), 1);
+  EXPECT_EQ(e.value("vllm:inter_token_latency_seconds_bucket", labels + ",le=\"+Inf\""), 2);
+  EXPECT_EQ(e.value("vllm:time_per_output_token_seconds_count", labels), 2);
+  EXPECT_EQ(e.value("vllm:time_to_first_token_seconds_bucket", labels + ",le=\"0.04\""), 1);
+  EXPECT_EQ(e.value("vllm:e2e_request_latency_seconds_count", labels), 1);
+  // The native series are all still there, unchanged.
+  EXPECT_EQ(e.value("pagedserve_num_requests_waiting"), 4);
+  EXPECT_DOUBLE_EQ(e.value("pagedserve_kv_cache_usage_perc"), 0.25);
+  e.expect_histogram("pagedserve_inter_token_latency_seconds", 2, 0.22);
 }
 
 TEST(MetricsTest, EmptyRegistryRendersValidText) {
@@ -231,8 +317,8 @@ TEST(MetricsTest, GaugesFromEngineStats) {
   EXPECT_EQ(g.num_requests_waiting, 5);
   EXPECT_EQ(g.kv_blocks_total, 200);
   EXPECT_EQ(g.kv_blocks_free, 150);
-  EXPECT_DOUBLE_EQ(g.kv_cache_usage_ratio, 0.25);
-  EXPECT_DOUBLE_EQ(gauges_from_stats(actors::EngineStats()).kv_cache_usage_ratio, 0.0);
+  EXPECT_DOUBLE_EQ(g.kv_cache_usage_perc, 0.25);
+  EXPECT_DOUBLE_EQ(gauges_from_stats(actors::EngineStats()).kv_cache_usage_perc, 0.0);
 }
 
 TEST(MetricsTest, RequestTimerRecordsFromEventTimes) {

@@ -72,6 +72,26 @@ TEST(RouterTest, TransportRoutesAndErrors) {
   EXPECT_EQ(std::get<HttpResponse>(route_request(get("/health"), served, keyed)).status, 200);
 }
 
+TEST(RouterTest, RenderEndpointsArePostOnlyAndNeedTheKey) {
+  const ServedModel served;  // no tokenizer: only answers that never reach the body parser
+  const AccessPolicy open;
+  const AccessPolicy keyed{{"key"}, {}};
+  for (const char* path : {"/v1/completions/render", "/v1/chat/completions/render"}) {
+    EXPECT_EQ(std::get<HttpResponse>(route_request(get(path), served, open)).status, 405) << path;
+    RouteInput post = get(path);
+    post.method = "POST";
+    post.body = "{not json";
+    EXPECT_EQ(std::get<HttpResponse>(route_request(post, served, keyed)).status, 401) << path;
+    // A malformed body reaches the render endpoint (400), not the generation route.
+    EXPECT_EQ(std::get<HttpResponse>(route_request(post, served, open)).status, 400) << path;
+    post.authorization = "Bearer key";
+    EXPECT_EQ(std::get<HttpResponse>(route_request(post, served, keyed)).status, 400) << path;
+  }
+  EXPECT_EQ(
+      std::get<HttpResponse>(route_request(get("/v1/completions/renderx"), served, open)).status,
+      404);
+}
+
 TEST(RouterTest, CorsOriginsMatchExactlyOrByWildcard) {
   const std::vector<std::string> allowed = {"https://a.example", "http://localhost:3000"};
   EXPECT_EQ(cors_allowed_origin(allowed, "https://a.example"), "https://a.example");
