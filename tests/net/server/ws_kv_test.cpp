@@ -66,11 +66,13 @@ TEST(WsKvTest, SnapshotThenDeltasShowSharedBlocksThenFreeOnes) {
   pool.apply(first);
   EXPECT_EQ(pool.count("used"), 0);
 
-  client.send(completion("c1", 300, 3));
+  // Four requests of three samples keep the engine busy for several 100 ms frames (one alone
+  // can finish between two frames on a quiet machine).
+  for (const char* id : {"c1", "c2", "c3", "c4"}) client.send(completion(id, 300, 3));
   int max_shared = 0;
   bool owned_by_c1 = false;
   int done = 0;
-  while (done < 3) {
+  while (done < 12) {
     const json frame = read_frame(client);
     ASSERT_TRUE(frame.is_object());
     if (frame["type"] == "done") ++done;
@@ -88,7 +90,7 @@ TEST(WsKvTest, SnapshotThenDeltasShowSharedBlocksThenFreeOnes) {
       max_shared = std::max(max_shared, b["r"].get<int>());
     }
   }
-  EXPECT_EQ(max_shared, 3) << "the prompt's blocks are shared by the 3 samples";
+  EXPECT_GE(max_shared, 3) << "the prompt's blocks are shared by the samples (and the requests)";
   EXPECT_TRUE(owned_by_c1);
   // After the request: nothing used, the prompt's full blocks kept as cached.
   for (int i = 0; i < 50 && pool.count("used") > 0; ++i) {
