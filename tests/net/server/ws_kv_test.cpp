@@ -66,28 +66,31 @@ TEST(WsKvTest, SnapshotThenDeltasShowSharedBlocksThenFreeOnes) {
   pool.apply(first);
   EXPECT_EQ(pool.count("used"), 0);
 
-  // Four requests of three samples keep the engine busy for several 100 ms frames (one alone
-  // can finish between two frames on a quiet machine).
-  for (const char* id : {"c1", "c2", "c3", "c4"}) client.send(completion(id, 300, 3));
+  // Four requests of three samples keep the engine busy for several 100 ms frames; a fast
+  // machine can still finish them between two frames, so the round is repeated (bounded)
+  // until a frame has caught the shared blocks.
   int max_shared = 0;
   bool owned_by_c1 = false;
-  int done = 0;
-  while (done < 12) {
-    const json frame = read_frame(client);
-    ASSERT_TRUE(frame.is_object());
-    if (frame["type"] == "done") ++done;
-    if (frame["type"] != "kv") continue;
-    EXPECT_EQ(frame["kind"], "delta");
-    pool.apply(frame);
-    for (const json& b : pool.device) {
-      if (b.is_null() || b["s"] != "used") continue;
-      // Every owner is a sequence the frame names, of this connection's request.
-      for (const json& seq : b["o"]) {
-        ASSERT_TRUE(pool.seqs.count(seq.get<uint64_t>())) << frame.dump();
-        owned_by_c1 = owned_by_c1 || pool.seqs[seq.get<uint64_t>()]["id"] == "c1";
+  for (int round = 0; round < 8 && (max_shared < 3 || !owned_by_c1); ++round) {
+    for (const char* id : {"c1", "c2", "c3", "c4"}) client.send(completion(id, 300, 3));
+    int done = 0;
+    while (done < 12) {
+      const json frame = read_frame(client);
+      ASSERT_TRUE(frame.is_object());
+      if (frame["type"] == "done") ++done;
+      if (frame["type"] != "kv") continue;
+      EXPECT_EQ(frame["kind"], "delta");
+      pool.apply(frame);
+      for (const json& b : pool.device) {
+        if (b.is_null() || b["s"] != "used") continue;
+        // Every owner is a sequence the frame names, of this connection's request.
+        for (const json& seq : b["o"]) {
+          ASSERT_TRUE(pool.seqs.count(seq.get<uint64_t>())) << frame.dump();
+          owned_by_c1 = owned_by_c1 || pool.seqs[seq.get<uint64_t>()]["id"] == "c1";
+        }
+        EXPECT_EQ(b["r"].get<size_t>(), b["o"].size());
+        max_shared = std::max(max_shared, b["r"].get<int>());
       }
-      EXPECT_EQ(b["r"].get<size_t>(), b["o"].size());
-      max_shared = std::max(max_shared, b["r"].get<int>());
     }
   }
   EXPECT_GE(max_shared, 3) << "the prompt's blocks are shared by the samples (and the requests)";
