@@ -30,6 +30,18 @@ CpuExecutor::CpuExecutor(const model::LlamaCheckpoint& checkpoint, int block_siz
       cpu_cache_(model_.config().num_hidden_layers, num_cpu_blocks, block_size,
                  model_.config().num_key_value_heads, model_.config().head_dim, kv_dtype) {}
 
+void CpuExecutor::attach_draft_model(const model::LlamaCheckpoint& draft) {
+  if (draft.config.vocab_size != model_.config().vocab_size) {
+    throw std::invalid_argument("the draft model's vocabulary has " +
+                                std::to_string(draft.config.vocab_size) + " tokens, the target's " +
+                                std::to_string(model_.config().vocab_size) +
+                                ": a draft must share the target's tokenizer");
+  }
+  draft_ =
+      std::make_unique<DraftProposer>(draft, device_cache_.block_size(), device_cache_.num_blocks(),
+                                      cpu_cache_.num_blocks(), pool_.get(), device_cache_.dtype());
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -54,14 +66,28 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
   for (const cache::BlockCopy& copy : input.block_copies) {
     device_cache_.copy_block(copy.src, copy.dst);
   }
+  if (draft_) draft_->copy_blocks(input);
   output.times.copies_s = seconds_since(start);
 
   output.seqs.resize(input.seqs.size());
   if (input.seqs.empty()) return output;
 
   start = Clock::now();
+  // Draft-model proposals are filled in a copy of the rows; the draft's passes count as
+  // forward time.
+  std::vector<ScheduledSequence> drafted;
+  if (has_draft_proposals(input.seqs)) {
+    if (!draft_) {
+      throw std::invalid_argument(
+          "the step has draft-model proposal slots but the executor "
+          "has no draft model");
+    }
+    drafted = input.seqs;
+    draft_->propose(drafted);
+  }
+  const std::vector<ScheduledSequence>& seqs = drafted.empty() ? input.seqs : drafted;
   model::ForwardBatch batch;
-  for (const ScheduledSequence& seq : input.seqs) {
+  for (const ScheduledSequence& seq : seqs) {
     batch.add_sequence(seq.new_token_ids, seq.num_computed_tokens, seq.block_table,
                        device_cache_.block_size(), seq.sample ? 1 + seq.num_proposed_tokens : 0);
   }
@@ -69,9 +95,16 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
   output.times.forward_s = seconds_since(start);
 
   start = Clock::now();
-  sample_step_rows(input.seqs, logits, static_cast<size_t>(model_.config().vocab_size), pool_.get(),
+  sample_step_rows(seqs, logits, static_cast<size_t>(model_.config().vocab_size), pool_.get(),
                    output.seqs, &grammars_, input.step_id);
   output.times.sampling_s = seconds_since(start);
+  // The scheduler learns the draft's proposals from here (it planned placeholders).
+  for (size_t i = 0; i < drafted.size(); ++i) {
+    if (!has_draft_proposals(input.seqs[i])) continue;
+    output.seqs[i].proposed_token_ids.assign(
+        drafted[i].new_token_ids.end() - drafted[i].num_proposed_tokens,
+        drafted[i].new_token_ids.end());
+  }
   return output;
 }
 

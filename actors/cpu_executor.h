@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "actors/draft_proposer.h"
 #include "actors/executor.h"
 #include "actors/grammar_rows.h"
 #include "kernels/cpu/thread_pool.h"
@@ -27,6 +28,10 @@ class CpuExecutor final : public Executor {
               kernels::KvDtype kv_dtype = kernels::KvDtype::kFloat32,
               const model::WeightFormat& format = {});
   const model::LlamaModel& model() const { return model_; }
+  // Speculative decoding with a draft model (actors/draft_proposer.h): loads it beside the
+  // target, sharing the kernel threads, with twin KV pools of the target's block counts.
+  // Throws std::invalid_argument when its vocabulary is not the target's.
+  void attach_draft_model(const model::LlamaCheckpoint& draft);
 
   StepOutput execute(const StepInput& input) override;
   const model::ModelConfig& model_config() const override { return model_.config(); }
@@ -39,8 +44,9 @@ class CpuExecutor final : public Executor {
   model::LlamaModel model_;
   model::PagedKvCache device_cache_;
   model::PagedKvCache cpu_cache_;
-  std::vector<float> logits_;  // reused every step (LlamaModel::forward's logits_buffer)
-  GrammarRowStates grammars_;  // matchers of constrained sequences, across steps
+  std::vector<float> logits_;             // reused every step (LlamaModel::forward's logits_buffer)
+  GrammarRowStates grammars_;             // matchers of constrained sequences, across steps
+  std::unique_ptr<DraftProposer> draft_;  // null unless attach_draft_model
 };
 
 }  // namespace pagedserve::actors

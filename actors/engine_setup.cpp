@@ -224,13 +224,24 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
 
   // Blocks are released for the CPU executor only: the CUDA one refuses windowed models so far
   // (its attention reads from position 0), and it rejects a released (kNoBlock) table entry.
+  // Nor with a draft model, which may catch up over positions before the target's window.
+  const bool draft = config.speculative.method == SpeculativeMethod::kDraft;
   set_up_scheduler(setup, num_cpu_blocks, mc.eos_token_ids,
-                   cuda ? 0 : mc.max_window_of_all_layers());
+                   cuda || draft ? 0 : mc.max_window_of_all_layers());
 
   if (!cuda) {
-    setup.executor = std::make_unique<CpuExecutor>(checkpoint, config.block_size,
-                                                   config.num_kv_blocks, num_cpu_blocks,
-                                                   config.num_threads, cpu_kv_dtype, weight_format);
+    auto executor = std::make_unique<CpuExecutor>(checkpoint, config.block_size,
+                                                  config.num_kv_blocks, num_cpu_blocks,
+                                                  config.num_threads, cpu_kv_dtype, weight_format);
+    if (draft) {
+      try {
+        executor->attach_draft_model(model::open_llama_checkpoint(config.speculative.draft_model));
+      } catch (const std::exception& e) {
+        throw std::invalid_argument("--draft-model " + config.speculative.draft_model + ": " +
+                                    e.what());
+      }
+    }
+    setup.executor = std::move(executor);
   }
   return setup;
 }

@@ -8,14 +8,23 @@
 namespace pagedserve::actors {
 
 const char* speculative_method_name(SpeculativeMethod method) {
-  return method == SpeculativeMethod::kNgram ? "ngram" : "none";
+  switch (method) {
+    case SpeculativeMethod::kNgram:
+      return "ngram";
+    case SpeculativeMethod::kDraft:
+      return "draft";
+    case SpeculativeMethod::kNone:
+      break;
+  }
+  return "none";
 }
 
 SpeculativeMethod parse_speculative_method(std::string_view name) {
   if (name == "none" || name.empty()) return SpeculativeMethod::kNone;
   if (name == "ngram") return SpeculativeMethod::kNgram;
+  if (name == "draft") return SpeculativeMethod::kDraft;
   throw std::invalid_argument("unknown --speculative method '" + std::string(name) +
-                              "' (choices: none, ngram)");
+                              "' (choices: none, ngram, draft)");
 }
 
 std::string SpeculativeConfig::validate() const {
@@ -29,6 +38,12 @@ std::string SpeculativeConfig::validate() const {
     return "ngram_max must be in [ngram_min, 64], got " + std::to_string(ngram_max);
   }
   if (max_batch_seqs < 0) return "speculative max batch must be >= 0";
+  if (method == SpeculativeMethod::kDraft && draft_model.empty()) {
+    return "draft needs a draft model (--draft-model DIR|FILE.gguf)";
+  }
+  if (method != SpeculativeMethod::kDraft && !draft_model.empty()) {
+    return "a draft model is only used with --speculative draft";
+  }
   return {};
 }
 

@@ -12,9 +12,11 @@
 
 namespace pagedserve::actors {
 
-enum class SpeculativeMethod { kNone, kNgram };
-const char* speculative_method_name(SpeculativeMethod method);  // "none", "ngram"
-// Throws std::invalid_argument naming the choices for anything but none / ngram.
+// kNgram: prompt lookup (NgramProposer, in the scheduler). kDraft: a small model with the
+// same vocabulary proposes greedily in the executor (actors/draft_proposer.h).
+enum class SpeculativeMethod { kNone, kNgram, kDraft };
+const char* speculative_method_name(SpeculativeMethod method);  // "none", "ngram", "draft"
+// Throws std::invalid_argument naming the choices for anything but none / ngram / draft.
 SpeculativeMethod parse_speculative_method(std::string_view name);
 
 struct SpeculativeConfig {
@@ -27,6 +29,8 @@ struct SpeculativeConfig {
   // the weights, not by compute; docs/speculative-decoding.md has the measurements).
   // --speculative-max-batch; 0 = no limit.
   int max_batch_seqs = 4;
+  // --draft-model: the draft's Hugging Face folder or GGUF file (kDraft only).
+  std::string draft_model;
 
   bool enabled() const { return method != SpeculativeMethod::kNone; }
   // Empty when valid, else a message naming the bad field.

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "model/sampler.h"
+#include "model/sampling_distribution.h"
 
 namespace pagedserve::actors {
 namespace {
@@ -147,12 +148,85 @@ SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const floa
 
 namespace pagedserve::actors {
 
+namespace {
+
+// The standard rule (Leviathan et al. 2023, Chen et al. 2023) for proposals x_j drawn from the
+// draft's q_j: x_j is accepted with probability min(1, p_j(x_j) / q_j(x_j)), p_j being the
+// distribution a lone step would draw from at position j (penalties over the accepted history,
+// banned tokens, temperature and filters: model/sampling_distribution.h); the first rejected
+// position instead draws from max(0, p_j - q_j) renormalised, and after K accepted the bonus
+// token is drawn from p_K as a lone step would. Each emitted token is then distributed as p.
+// The acceptance test uses the row's stream at (seed, sample_step + j), the residual draw a
+// stream of its own, so a seeded request replays exactly.
+SequenceStepOutput verify_drafted_row(const ScheduledSequence& seq, std::span<const float> logits) {
+  const model::SamplingParams& sampling = *seq.sampling;
+  const int num_proposed = seq.num_proposed_tokens;
+  const size_t vocab = logits.size() / static_cast<size_t>(num_proposed + 1);
+  if (seq.draft_probs.size() != static_cast<size_t>(num_proposed) * vocab) {
+    throw std::invalid_argument("sequence " + std::to_string(seq.seq_id) + " has " +
+                                std::to_string(seq.draft_probs.size()) +
+                                " draft probabilities for " + std::to_string(num_proposed) +
+                                " proposals of a " + std::to_string(vocab) + "-token vocabulary");
+  }
+  const size_t first_proposal = seq.new_token_ids.size() - static_cast<size_t>(num_proposed);
+  const uint64_t seed = seq.sample_seeds.at(0);
+  std::vector<int32_t> history = seq.penalty_output_ids;
+  std::vector<float> masked;
+  std::vector<float> p;
+  SequenceStepOutput out;
+  auto emit = [&](std::span<const float> raw, std::span<const float> row, int32_t token) {
+    out.samples.push_back({token, model::token_logprob(row, token)});
+    if (sampling.logprobs) {
+      const int32_t drawn[1] = {token};
+      out.reported_logprobs.push_back(model::sample_logprobs(raw, drawn, *sampling.logprobs)[0]);
+    }
+  };
+  for (int j = 0; j <= num_proposed; ++j) {
+    const std::span<const float> raw = logits.subspan(static_cast<size_t>(j) * vocab, vocab);
+    masked.assign(raw.begin(), raw.end());
+    model::apply_penalties(masked, sampling, seq.penalty_prompt_ids, history);
+    ban_tokens(masked, seq.banned_token_ids);
+    const uint64_t step = seq.sample_step + static_cast<uint64_t>(j);
+    if (j == num_proposed) {  // every proposal accepted: the bonus token, as a lone step
+      const std::span<const uint64_t> seeds = std::span<const uint64_t>(seq.sample_seeds).first(1);
+      const model::TokenLogprob draw =
+          model::sample_tokens_logprob(masked, sampling, seeds, step)[0];
+      emit(raw, masked, draw.token_id);
+      break;
+    }
+    const int32_t proposal = seq.new_token_ids[first_proposal + static_cast<size_t>(j)];
+    const std::span<const float> q =
+        std::span<const float>(seq.draft_probs).subspan(static_cast<size_t>(j) * vocab, vocab);
+    model::sampling_distribution(masked, sampling, p);
+    const size_t x = static_cast<size_t>(proposal);
+    const double u = model::uniform_from_counter(seed, step);
+    if (x < vocab && q[x] > 0.0f && u * q[x] < p[x]) {
+      emit(raw, masked, proposal);
+      history.push_back(proposal);
+      continue;
+    }
+    double residual_mass = 0.0;
+    for (size_t t = 0; t < vocab; ++t) {
+      p[t] = std::max(p[t] - q[t], 0.0f);
+      residual_mass += p[t];
+    }
+    if (residual_mass <= 0.0) model::sampling_distribution(masked, sampling, p);  // p == q
+    const double v = model::uniform_from_counter(seed ^ 0x9e3779b97f4a7c15ULL, step);
+    emit(raw, masked, model::sample_from_distribution(p, v));
+    break;
+  }
+  return out;
+}
+
+}  // namespace
+
 // Drawing position j exactly as a step without proposals would (the same penalties over the
 // same history, the same RNG stream (seed, sample_step + j)) and accepting the proposal when the
 // draw equals it is the rejection rule for a point-mass draft: the proposal x is kept with
 // probability p(x), and on a mismatch the draw is distributed as p with x removed,
 // renormalised. So the tokens are exactly those of the same request without speculation.
 SequenceStepOutput verify_row(const ScheduledSequence& seq, std::span<const float> logits) {
+  if (!seq.draft_probs.empty()) return verify_drafted_row(seq, logits);
   const model::SamplingParams& sampling = *seq.sampling;
   const int num_proposed = seq.num_proposed_tokens;
   const size_t vocab = logits.size() / static_cast<size_t>(num_proposed + 1);

@@ -596,6 +596,7 @@ void Scheduler::preempt(SequenceGroup& group) {
     } else {
       emit(cache::KvMemoryOp::free(seq->seq_id));
       seq->num_computed_tokens = 0;
+      seq->draft_num_computed_tokens = 0;
       seq->prefix_hint_tokens = -1;  // probed again before it is readmitted
     }
   }
@@ -688,6 +689,14 @@ ScheduledSequence Scheduler::complete_seq(SequenceGroup& group, Sequence& seq,
       scheduled.new_token_ids.push_back(planned_token(group, seq, i));
     }
     scheduled.num_proposed_tokens = planned.num_proposed;
+    if (planned.num_proposed > 0 && seq.proposal.front() == kDraftProposalToken) {
+      // What the draft model has not seen yet, before the last token (catching up after a
+      // prompt, a recompute, steps without proposals, or a step that accepted everything).
+      const std::vector<int32_t> tokens = group.tokens(seq);
+      scheduled.draft_num_computed_tokens = std::min(seq.draft_num_computed_tokens, start);
+      scheduled.draft_context_ids.assign(tokens.begin() + scheduled.draft_num_computed_tokens,
+                                         tokens.begin() + start);
+    }
   }
   scheduled.num_computed_tokens = seq.num_computed_tokens;
   scheduled.block_table = std::move(state.blocks);  // each sequence runs once per step

@@ -43,7 +43,11 @@ void Scheduler::propose_tokens() {
                                 group.sampling.max_tokens - num_out - 1,
                                 config_.max_model_len - num_tokens - 1});
       if (cap <= 0) continue;
-      seq.proposal = proposer_.propose(group.tokens(seq), cap);
+      if (config_.speculative.method == SpeculativeMethod::kDraft) {
+        seq.proposal.assign(static_cast<size_t>(cap), kDraftProposalToken);  // the executor's
+      } else {
+        seq.proposal = proposer_.propose(group.tokens(seq), cap);
+      }
     }
   }
 }
@@ -65,13 +69,21 @@ void Scheduler::accept_verified(SequenceGroup& group, Sequence& seq,
   const int num_proposed = scheduled.num_proposed_tokens;
   const std::vector<model::TokenLogprob>& samples = output.samples;
   const size_t first_proposal = scheduled.new_token_ids.size() - static_cast<size_t>(num_proposed);
-  if (samples.empty() || samples.size() > static_cast<size_t>(num_proposed) + 1) {
+  // A draft model's proposals come back with the output; n-gram ones were planned.
+  const bool drafted = scheduled.new_token_ids.back() == kDraftProposalToken;
+  const std::vector<int32_t> proposals =
+      drafted ? output.proposed_token_ids
+              : std::vector<int32_t>(scheduled.new_token_ids.begin() + first_proposal,
+                                     scheduled.new_token_ids.end());
+  if (samples.empty() || samples.size() > static_cast<size_t>(num_proposed) + 1 ||
+      proposals.size() != static_cast<size_t>(num_proposed)) {
     throw std::logic_error("Scheduler::update: sequence " + std::to_string(seq.seq_id) +
-                           " verified " + std::to_string(num_proposed) + " proposals but drew " +
+                           " verified " + std::to_string(proposals.size()) + " of " +
+                           std::to_string(num_proposed) + " proposals and drew " +
                            std::to_string(samples.size()) + " tokens");
   }
   for (size_t i = 0; i + 1 < samples.size(); ++i) {
-    if (samples[i].token_id != scheduled.new_token_ids[first_proposal + i]) {
+    if (samples[i].token_id != proposals[i]) {
       throw std::logic_error("Scheduler::update: sequence " + std::to_string(seq.seq_id) +
                              " accepted a draw that differs from its proposal");
     }
@@ -90,8 +102,17 @@ void Scheduler::accept_verified(SequenceGroup& group, Sequence& seq,
     }
   }
   if (seq.finished()) return;  // its blocks, speculative slots included, are freed
-  emit(cache::KvMemoryOp::settle_speculative(seq.seq_id, num_accepted));
+  emit(cache::KvMemoryOp::settle_speculative(
+      seq.seq_id, num_accepted,
+      std::vector<int32_t>(proposals.begin(), proposals.begin() + num_accepted)));
   seq.num_computed_tokens += num_accepted;
+  if (drafted) {
+    // The draft wrote its K/V from the sequence's last token through its second-to-last
+    // proposal; they hold up to the last accepted proposal (the first rejected one's are
+    // stale, and the last proposal was never run).
+    seq.draft_num_computed_tokens =
+        scheduled.num_computed_tokens + std::min(num_proposed, num_accepted + 1);
+  }
 }
 
 }  // namespace pagedserve::actors

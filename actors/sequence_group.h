@@ -49,6 +49,9 @@ struct Sequence {
   std::vector<int32_t> proposal;
   int64_t num_proposed_tokens = 0;
   int64_t num_accepted_tokens = 0;
+  // Draft-model proposals: positions whose draft K/V are in the cache (the draft catches up
+  // from here when it next proposes; 0 for a new or recomputed sequence, kept across swaps).
+  int draft_num_computed_tokens = 0;
 
   bool finished() const { return finish_reason != FinishReason::kNone; }
 };

@@ -19,6 +19,10 @@ namespace pagedserve::actors {
 // sequence in the previous step (SampledTokenCarry) before running the step. Never a real
 // vocabulary id.
 inline constexpr int32_t kPlaceholderToken = -1;
+// Speculative decoding with a draft model: a proposal slot whose token the executor's draft
+// model fills in before the step's forward pass (the scheduler cannot know it). Never a real
+// vocabulary id, and distinct from kPlaceholderToken, which SampledTokenCarry replaces.
+inline constexpr int32_t kDraftProposalToken = -2;
 
 // One sequence's share of a step.
 struct ScheduledSequence {
@@ -50,6 +54,16 @@ struct ScheduledSequence {
   // draw equal to the proposal is accepted and the next position is drawn, the first other
   // draw (or the draw after the last proposal) ends the row. Only for a decode with one seed.
   int num_proposed_tokens = 0;
+  // Draft-model proposals (the proposals are kDraftProposalToken): the draft model's cache
+  // shares this block table and holds the draft's K/V for the first draft_num_computed_tokens
+  // positions; draft_context_ids are the tokens from there up to num_computed_tokens, which
+  // the draft runs before new_token_ids' first (the sequence's last token) to propose.
+  int draft_num_computed_tokens = 0;
+  std::vector<int32_t> draft_context_ids;
+  // Filled by the executor's draft for a sampled (not greedy) row: [num_proposed_tokens,
+  // vocab], the distribution q each proposal was drawn from, which the verification's
+  // rejection rule needs (sample_rows.h). Empty for point-mass (greedy or n-gram) proposals.
+  std::vector<float> draft_probs;
 };
 
 struct StepInput {
@@ -74,6 +88,9 @@ struct SequenceStepOutput {
   // Only when sampling->grammar: per draw, whether the grammar is complete after it and allows
   // nothing more (an end token was drawn, or no byte may follow): the sequence stops there.
   std::vector<uint8_t> grammar_ended;
+  // Only where the executor made the proposals (a draft model): the tokens it verified, in
+  // place of the input's kDraftProposalToken slots.
+  std::vector<int32_t> proposed_token_ids;
 };
 
 // Where an executor's step time went, in seconds (an executor that does not measure a stage

@@ -298,12 +298,23 @@ void BlockManager::hash_settled_blocks(Sequence& s) {
   }
 }
 
-int BlockManager::settle_speculative_tokens(SeqId seq, int num_accepted) {
+int BlockManager::settle_speculative_tokens(SeqId seq, int num_accepted,
+                                            std::span<const int32_t> accepted_tokens) {
   Sequence& s = device_sequence(seq, "settle_speculative_tokens");
   if (num_accepted < 0 || num_accepted > s.num_speculative) {
     throw std::logic_error("BlockManager::settle_speculative_tokens: " + seq_name(seq) + " has " +
                            std::to_string(s.num_speculative) + " speculative tokens, " +
                            std::to_string(num_accepted) + " accepted");
+  }
+  if (!accepted_tokens.empty() && static_cast<int>(accepted_tokens.size()) != num_accepted) {
+    throw std::logic_error("BlockManager::settle_speculative_tokens: " + seq_name(seq) + " got " +
+                           std::to_string(accepted_tokens.size()) + " token ids for " +
+                           std::to_string(num_accepted) + " accepted tokens");
+  }
+  if (enable_prefix_caching_ && !accepted_tokens.empty()) {
+    // The proposals' slots were recorded with placeholders: the hash needs the real ids.
+    std::copy(accepted_tokens.begin(), accepted_tokens.end(),
+              s.tail_tokens.end() - s.num_speculative);
   }
   const int num_rejected = s.num_speculative - num_accepted;
   s.num_tokens -= num_rejected;

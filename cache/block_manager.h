@@ -117,8 +117,13 @@ class BlockManager {
   // The step verified the proposals: the first `num_accepted` speculative tokens become
   // ordinary tokens (their full blocks hashed and published), the rest are truncated: their
   // slots freed and each block left empty returned to the pool. Returns the blocks returned.
-  // Throws std::logic_error when num_accepted is outside [0, speculative tokens].
-  int settle_speculative_tokens(SeqId seq, int num_accepted);
+  // `accepted_tokens`, when given (num_accepted of them), are the accepted tokens' ids: they
+  // replace what append_speculative_token recorded, for a proposer whose proposals were not
+  // known when their slots were planned (a draft model runs in the executor).
+  // Throws std::logic_error when num_accepted is outside [0, speculative tokens] or
+  // accepted_tokens is neither empty nor num_accepted long.
+  int settle_speculative_tokens(SeqId seq, int num_accepted,
+                                std::span<const int32_t> accepted_tokens = {});
   int num_speculative_tokens(SeqId seq) const;
   // The next slot appended to `seq` is the earliest query of the step being planned: releases
   // the blocks wholly before that query's window (see the class comment). Nothing without a

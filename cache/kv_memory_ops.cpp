@@ -143,11 +143,13 @@ KvMemoryOp KvMemoryOp::append_speculative(SeqId seq, int32_t token) {
   return op;
 }
 
-KvMemoryOp KvMemoryOp::settle_speculative(SeqId seq, int num_accepted) {
+KvMemoryOp KvMemoryOp::settle_speculative(SeqId seq, int num_accepted,
+                                          std::vector<int32_t> accepted_tokens) {
   KvMemoryOp op;
   op.kind = KvOpKind::kSettleSpeculative;
   op.seq = seq;
   op.num_accepted = num_accepted;
+  op.tokens = std::move(accepted_tokens);
   return op;
 }
 
@@ -243,7 +245,7 @@ void KvMemoryApplier::apply(const KvMemoryOp& op) {
       touch(op.seq);
       return;
     case KvOpKind::kSettleSpeculative:
-      kv_.settle_speculative_tokens(op.seq, op.num_accepted);
+      kv_.settle_speculative_tokens(op.seq, op.num_accepted, op.tokens);
       touch(op.seq);
       return;
     case KvOpKind::kProbePrefix:

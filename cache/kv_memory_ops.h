@@ -57,7 +57,8 @@ struct KvMemoryOp {
   uint64_t group = 0;           // kReleaseGroup; kProbePrefix: the request, echoed back;
                                 // kAllocate: the request (observers only, kv_snapshot.h)
   SeqReservation reservation;   // kReserve
-  std::vector<int32_t> tokens;  // kAllocate, kProbePrefix: every token of the sequence so far
+  std::vector<int32_t> tokens;  // kAllocate, kProbePrefix: every token of the sequence so far;
+                                // kSettleSpeculative: the accepted tokens (or empty)
   int compute_tokens = 0;       // kAllocate: tokens the plan lets this step compute
   int end_cap = 0;              // kAllocate: hand the allocator at most this many tokens
   int num_accepted = 0;         // kSettleSpeculative: proposed tokens the step verified
@@ -76,7 +77,9 @@ struct KvMemoryOp {
   static KvMemoryOp probe_prefix(uint64_t group, SeqId seq, std::vector<int32_t> tokens);
   static KvMemoryOp release_before_window(SeqId seq);
   static KvMemoryOp append_speculative(SeqId seq, int32_t token);
-  static KvMemoryOp settle_speculative(SeqId seq, int num_accepted);
+  // accepted_tokens: the accepted proposals' ids (BlockManager::settle_speculative_tokens).
+  static KvMemoryOp settle_speculative(SeqId seq, int num_accepted,
+                                       std::vector<int32_t> accepted_tokens = {});
 };
 
 using KvMemoryOps = std::vector<KvMemoryOp>;

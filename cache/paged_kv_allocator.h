@@ -42,8 +42,9 @@ class PagedKvAllocator final : public KvAllocator {
   std::vector<BlockCopy> append_speculative_token(SeqId seq, int32_t token) override {
     return blocks_.append_speculative_token(seq, token);
   }
-  int settle_speculative_tokens(SeqId seq, int num_accepted) override {
-    return blocks_.settle_speculative_tokens(seq, num_accepted);
+  int settle_speculative_tokens(SeqId seq, int num_accepted,
+                                std::span<const int32_t> accepted_tokens) override {
+    return blocks_.settle_speculative_tokens(seq, num_accepted, accepted_tokens);
   }
   int release_blocks_before_window(SeqId seq) override {
     return blocks_.release_blocks_before_window(seq);

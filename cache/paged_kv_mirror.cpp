@@ -174,7 +174,8 @@ std::vector<BlockCopy> PagedKvMirror::append_speculative_token(SeqId seq, int32_
   return {};
 }
 
-int PagedKvMirror::settle_speculative_tokens(SeqId seq, int num_accepted) {
+int PagedKvMirror::settle_speculative_tokens(SeqId seq, int num_accepted,
+                                             std::span<const int32_t>) {
   Seq& s = known(seq, "settle_speculative_tokens");
   if (num_accepted < 0 || num_accepted > s.num_speculative) {
     throw std::logic_error("PagedKvMirror::settle_speculative_tokens: sequence " +

@@ -11,7 +11,8 @@ const std::set<std::string> kEngineValueFlags = {
     "dtype",           "kv-cache-dtype", "kv-allocator",  "sim-profile",
     "quantization",
     // speculative decoding (docs/speculative-decoding.md)
-    "speculative", "num-speculative-tokens", "ngram-min", "ngram-max", "speculative-max-batch"};
+    "speculative", "num-speculative-tokens", "ngram-min", "ngram-max", "speculative-max-batch",
+    "draft-model"};
 // clang-format on
 const std::set<std::string> kEngineBoolFlags = {"no-prefix-caching"};
 
@@ -49,8 +50,11 @@ const char* const kEngineFlagsHelp =
     "                               (also q5_0, q5_1, q5_k, q6_k; the LM head to q6_k for the\n"
     "                               4-bit types); quantized GGUF weights stay as they are\n"
     "                               (default none)\n"
-    "  --speculative METHOD         speculative decoding: none (default) or ngram (proposals\n"
-    "                               from the request's own prompt and output; CPU, paged)\n"
+    "  --speculative METHOD         speculative decoding: none (default), ngram (proposals\n"
+    "                               from the request's own prompt and output) or draft (a\n"
+    "                               small model's greedy proposals); CPU, paged allocator\n"
+    "  --draft-model PATH           the draft: a Hugging Face folder or a .gguf file with the\n"
+    "                               target's vocabulary (--speculative draft)\n"
     "  --num-speculative-tokens K   proposals verified per sequence per step (default 4)\n"
     "  --ngram-min N, --ngram-max M suffix lengths matched, longest first (default 1 and 4)\n"
     "  --speculative-max-batch N    no proposals while more than N sequences run (default 4;\n"
@@ -109,6 +113,7 @@ actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
       throw UsageError(e.what());
     }
   }
+  if (flags.has("draft-model")) config.speculative.draft_model = flags.require("draft-model");
   config.speculative.num_speculative_tokens =
       static_cast<int>(flags.get_int("num-speculative-tokens", 4, 1, 64));
   config.speculative.ngram_min = static_cast<int>(flags.get_int("ngram-min", 1, 1, 64));

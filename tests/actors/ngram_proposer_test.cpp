@@ -79,8 +79,14 @@ TEST(SpeculativeConfig, ValidatesItsFields) {
   config.ngram_min = 1;
   config.num_speculative_tokens = 0;
   EXPECT_NE(config.validate().find("num_speculative_tokens"), std::string::npos);
-  EXPECT_THROW(parse_speculative_method("draft"), std::invalid_argument);
+  EXPECT_THROW(parse_speculative_method("medusa"), std::invalid_argument);
   EXPECT_STREQ(speculative_method_name(SpeculativeMethod::kNgram), "ngram");
+  config.num_speculative_tokens = 4;
+  config.method = parse_speculative_method("draft");
+  EXPECT_NE(config.validate().find("draft model"), std::string::npos);
+  config.draft_model = "stories260K.gguf";
+  EXPECT_EQ(config.validate(), "");
+  EXPECT_STREQ(speculative_method_name(config.method), "draft");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <random>
@@ -107,6 +108,83 @@ TEST(SampleStepRows, ASamplingSequenceWithoutParamsIsRefusedByName) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("sequence 42"), std::string::npos) << e.what();
   }
+}
+
+// Pearson's chi-square of counts against probabilities (every category expected >= 5 here).
+double chi_square(const std::vector<int>& counts, const std::vector<double>& probs, int total) {
+  double chi = 0;
+  for (size_t t = 0; t < probs.size(); ++t) {
+    const double expected = total * probs[t];
+    chi += (counts[t] - expected) * (counts[t] - expected) / expected;
+  }
+  return chi;
+}
+
+std::vector<double> softmax(const std::vector<float>& row) {
+  std::vector<double> p(row.size());
+  double total = 0;
+  for (size_t i = 0; i < row.size(); ++i) total += p[i] = std::exp(static_cast<double>(row[i]));
+  for (double& x : p) x /= total;
+  return p;
+}
+
+// Proposals drawn from a draft's q (unlike the target's p) and verified by the rejection rule:
+// the emitted token at each position is distributed as the target's p there, which a verifier
+// that accepted every proposal (emitting q's draws) is shown to fail.
+TEST(VerifyDraftedRow, EmittedTokensAreDistributedAsTheTarget) {
+  constexpr size_t kSmallVocab = 6;
+  constexpr int kRows = 3;  // K = 2 proposals, and the bonus row
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<float>> target(kRows, std::vector<float>(kSmallVocab));
+  std::vector<std::vector<float>> draft(kRows - 1, std::vector<float>(kSmallVocab));
+  for (auto& row : target)
+    for (float& x : row) x = normal(rng);
+  for (auto& row : draft)
+    for (float& x : row) x = normal(rng);
+  std::vector<float> logits;
+  for (const auto& row : target) logits.insert(logits.end(), row.begin(), row.end());
+  std::vector<float> draft_probs;
+  std::vector<std::discrete_distribution<int32_t>> draw_from_q;
+  for (const auto& row : draft) {
+    const std::vector<double> q = softmax(row);
+    draft_probs.insert(draft_probs.end(), q.begin(), q.end());
+    draw_from_q.emplace_back(q.begin(), q.end());
+  }
+  auto params = std::make_shared<model::SamplingParams>();  // temperature 1, no filters
+  params->logprobs = 1;
+  constexpr int kDraws = 20000;
+  std::vector<int> first(kSmallVocab), second(kSmallVocab), proposed_first(kSmallVocab);
+  int num_second = 0, num_accepted = 0;
+  for (int s = 0; s < kDraws; ++s) {
+    ScheduledSequence seq = sampling_seq(0, params, {static_cast<uint64_t>(s)});
+    seq.num_proposed_tokens = 2;
+    seq.new_token_ids = {3, draw_from_q[0](rng), draw_from_q[1](rng)};
+    seq.draft_probs = draft_probs;
+    const SequenceStepOutput out = verify_row(seq, logits);
+    ASSERT_GE(out.samples.size(), 1u);
+    ASSERT_LE(out.samples.size(), 3u);
+    ASSERT_EQ(out.reported_logprobs.size(), out.samples.size());
+    for (size_t j = 0; j + 1 < out.samples.size(); ++j) {
+      EXPECT_EQ(out.samples[j].token_id, seq.new_token_ids[j + 1]) << "accepted = proposed";
+    }
+    ++first[static_cast<size_t>(out.samples[0].token_id)];
+    ++proposed_first[static_cast<size_t>(seq.new_token_ids[1])];
+    num_accepted += static_cast<int>(out.samples.size()) - 1;
+    if (out.samples.size() >= 2) {
+      ++second[static_cast<size_t>(out.samples[1].token_id)];
+      ++num_second;
+    }
+    EXPECT_EQ(verify_row(seq, logits).samples, out.samples) << "a seed replays";
+  }
+  // The 0.1% critical value of chi-square with 5 degrees of freedom.
+  constexpr double kCritical = 20.52;
+  EXPECT_LT(chi_square(first, softmax(target[0]), kDraws), kCritical);
+  EXPECT_LT(chi_square(second, softmax(target[1]), num_second), kCritical);
+  EXPECT_GT(chi_square(proposed_first, softmax(target[0]), kDraws), 10 * kCritical)
+      << "accepting every proposal would emit q, which the test must tell apart";
+  EXPECT_GT(num_accepted, kDraws / 4);
+  EXPECT_GT(num_second, 1000);
 }
 
 }  // namespace

@@ -52,6 +52,24 @@ TEST(BlockManagerSpeculative, AcceptedProposalsAreHashedOnlyWhenSettled) {
   EXPECT_EQ(bm.check_invariants(), "");
 }
 
+// A draft model's proposals are unknown when their slots are planned: the slots hold
+// placeholders, and settling names the accepted tokens, which are what gets hashed.
+TEST(BlockManagerSpeculative, SettlingWithTheAcceptedIdsHashesThemNotThePlaceholders) {
+  constexpr int32_t kUnknown = -2;
+  BlockManager bm(config(4, 8));
+  bm.allocate(1, Tokens{1, 2, 3});
+  for (int i = 0; i < 4; ++i) bm.append_speculative_token(1, kUnknown);
+  EXPECT_THROW(bm.settle_speculative_tokens(1, 2, Tokens{4}), std::logic_error);
+  EXPECT_EQ(bm.settle_speculative_tokens(1, 2, Tokens{4, 5}), 0);  // keeps 5 tokens
+  EXPECT_EQ(bm.check_invariants(), "");
+  EXPECT_EQ(bm.cached_prefix_tokens(Tokens{1, 2, 3, 4, 5, 6}), 4);  // [1 2 3 4], as if appended
+  EXPECT_EQ(bm.cached_prefix_tokens(Tokens{1, 2, 3, kUnknown, 5, 6}), 0);
+  for (int32_t t : {6, 7, 8}) bm.append_token(1, t);  // block 1: [5 6 7 8], full
+  EXPECT_EQ(bm.cached_prefix_tokens(Tokens{1, 2, 3, 4, 5, 6, 7, 8, 9}), 8);
+  bm.free(1);
+  EXPECT_EQ(bm.num_free_device_blocks(), 8);
+}
+
 TEST(BlockManagerSpeculative, RejectedProposalsNeverReachThePrefixCache) {
   BlockManager bm(config(4, 8));
   bm.allocate(1, Tokens{1, 2, 3, 4, 5});

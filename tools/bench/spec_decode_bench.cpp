@@ -1,5 +1,6 @@
-// Speculative decoding (n-gram proposals): output tokens per second with and without it, in one
-// process on the same workload, for several batch sizes, on two tasks:
+// Speculative decoding (n-gram proposals, or a draft model's with --draft): output tokens per
+// second with and without it, in one process on the same workload, for several batch sizes, on two
+// tasks:
 //  - grounded: every request's prompt is the model's own greedy continuation of a story start
 //    (so the continuation repeats text of the prompt, as "repeat / edit this text" does);
 //  - repeat: the grounded prompt followed by its own first 32 tokens again, so a model that
@@ -13,7 +14,11 @@
 //
 //   spec_decode_bench [--model DIR] [--max-tokens N] [--prompt-tokens N] [--batches 1,2,4]
 //                     [--make-model DIR] [--verify-cost 1] [--k K] [--ngram-min N] [--ngram-max M]
-//                     [--threads N] [--trials N]
+//                     [--threads N] [--trials N] [--draft DIR|FILE.gguf] [--temperature T]
+//
+// A memory-bound target whose proposals are accepted as a trained model's are: the trained
+// stories260K padded to ~150 MiB of weights by tools/bench/pad_model.py (same function), with
+// stories260K itself as the draft.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -80,11 +85,18 @@ struct Result {
 
 // The synchronous engine with overlap on (as the actor engine runs it, without the thread
 // hops, whose wake-up times on a loaded machine would swamp a small model's steps).
+// temperature 0: greedy; otherwise sampled at that temperature, request i seeded with i.
 Result run(const actors::EngineConfig& config, const std::vector<std::vector<int32_t>>& prompts,
-           int max_tokens) {
+           int max_tokens, float temperature) {
   actors::LlmEngine engine(config, /*overlap=*/true);
   const auto start = std::chrono::steady_clock::now();
-  for (const std::vector<int32_t>& prompt : prompts) engine.add_request(prompt, greedy(max_tokens));
+  uint64_t seed = 0;
+  for (const std::vector<int32_t>& prompt : prompts) {
+    model::SamplingParams params = greedy(max_tokens);
+    params.temperature = temperature;
+    params.seed = seed++;
+    engine.add_request(prompt, params);
+  }
   Result result;
   while (engine.has_unfinished_requests()) {
     for (const actors::RequestOutput& out : engine.step()) {
@@ -156,6 +168,8 @@ int main(int argc, char** argv) {
   int threads = 0;
   int trials = 1;
   bool verify_cost = false;
+  std::string draft;
+  float temperature = 0.0f;
   std::vector<int> batches = {1, 2, 4, 8, 16};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -189,6 +203,10 @@ int main(int argc, char** argv) {
       verify_cost = value == "1";
     } else if (flag == "--trials") {
       trials = std::stoi(value);
+    } else if (flag == "--draft") {
+      draft = value;
+    } else if (flag == "--temperature") {
+      temperature = std::stof(value);
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -216,6 +234,10 @@ int main(int argc, char** argv) {
   spec.speculative.ngram_min = ngram_min;
   spec.speculative.ngram_max = ngram_max;
   spec.speculative.max_batch_seqs = 0;  // measure every batch size
+  if (!draft.empty()) {
+    spec.speculative.method = actors::SpeculativeMethod::kDraft;
+    spec.speculative.draft_model = draft;
+  }
 
   std::vector<std::vector<int32_t>> grounded;
   std::vector<std::vector<int32_t>> repeat;
@@ -231,8 +253,11 @@ int main(int argc, char** argv) {
       free_starts.push_back(tokenizing.tokenizer().encode(start));
     }
   }
-  std::printf("model %s, k %d, max_tokens %d, grounded prompts of %d + %d tokens\n", model.c_str(),
-              k, max_tokens, static_cast<int>(grounded[0].size()) - prompt_tokens, prompt_tokens);
+  std::printf(
+      "model %s, %s, k %d, temperature %.2f, max_tokens %d, grounded prompts of %d + %d "
+      "tokens\n",
+      model.c_str(), draft.empty() ? "n-gram" : ("draft " + draft).c_str(), k, temperature,
+      max_tokens, static_cast<int>(grounded[0].size()) - prompt_tokens, prompt_tokens);
   std::printf("%-9s %5s %11s %11s %8s %7s %7s %9s %9s %8s\n", "task", "batch", "base tok/s",
               "spec tok/s", "speedup", "steps", "spec", "proposed", "accepted", "acc/row");
   for (const auto& [task, prompts] :
@@ -243,10 +268,10 @@ int main(int argc, char** argv) {
       double base_best = 0, spec_best = 0;
       actors::SchedulerStats stats, base_stats;
       for (int t = 0; t < trials; ++t) {
-        const Result b = run(plain, batch_prompts, max_tokens);
+        const Result b = run(plain, batch_prompts, max_tokens, temperature);
         base_best = std::max(base_best, b.tokens_per_s);
         base_stats = b.stats;
-        const Result r = run(spec, batch_prompts, max_tokens);
+        const Result r = run(spec, batch_prompts, max_tokens, temperature);
         if (r.tokens_per_s > spec_best) {
           spec_best = r.tokens_per_s;
           stats = r.stats;
