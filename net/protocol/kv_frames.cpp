@@ -111,20 +111,76 @@ std::string ws_kv_delta_frame(const cache::KvMapSnapshot& map, const cache::KvSn
   return dump_json(frame);
 }
 
+namespace {
+
+KvPoolFrameCache::Part make_part(const std::shared_ptr<const cache::KvMapSnapshot>& sent,
+                                 const cache::KvMapSnapshot& latest) {
+  KvPoolFrameCache::Part part;
+  cache::KvSnapshotDiff diff;
+  if (sent != nullptr && sent.get() != &latest) {
+    diff = cache::diff_kv_snapshots(sent->pool, latest.pool);
+  }
+  part.snapshot = sent == nullptr || diff.resized;
+  if (part.snapshot) {
+    part.device = dump_json(occupied_json(latest.pool.device));
+    part.cpu = dump_json(occupied_json(latest.pool.cpu));
+  } else {  // no change at all when sent is latest: empty lists, fresh gauges
+    part.device = dump_json(changed_json(diff.delta.device));
+    part.cpu = dump_json(changed_json(diff.delta.cpu));
+  }
+  return part;
+}
+
+// The frame around a pool part: the head, the part's lists, the subscriber's own tail.
+std::string assemble_frame(const KvPoolFrameCache::Part& part, const cache::KvMapSnapshot& map,
+                           const actors::EngineStats& stats, const KvRequestLabels& labels,
+                           int64_t t_ms) {
+  std::string frame = dump_json(frame_head(part.snapshot ? "snapshot" : "delta", map, t_ms));
+  frame.pop_back();  // the head's closing brace
+  frame += ",\"device\":" + part.device + ",\"cpu\":" + part.cpu + ",";
+  ordered_json tail;
+  add_tail(tail, map, stats, labels);
+  const std::string tail_text = dump_json(tail);
+  frame.append(tail_text, 1);  // without its opening brace
+  return frame;
+}
+
+}  // namespace
+
+std::shared_ptr<const KvPoolFrameCache::Part> KvPoolFrameCache::get(
+    const std::shared_ptr<const cache::KvMapSnapshot>& sent,
+    const std::shared_ptr<const cache::KvMapSnapshot>& latest) {
+  {
+    std::lock_guard lock(mu_);
+    for (const Entry& e : entries_) {
+      if (e.sent == sent.get() && e.latest == latest.get()) return e.part;
+    }
+  }
+  // Made outside the lock: two subscribers may both make the same part, which is harmless.
+  auto part = std::make_shared<const Part>(make_part(sent, *latest));
+  std::lock_guard lock(mu_);
+  ++num_made_;
+  entries_.push_front(Entry{sent.get(), latest.get(), sent, latest, part});
+  if (entries_.size() > kCapacity) entries_.pop_back();
+  return part;
+}
+
+int64_t KvPoolFrameCache::num_made() const {
+  std::lock_guard lock(mu_);
+  return num_made_;
+}
+
 std::string KvFeed::next_frame(std::shared_ptr<const cache::KvMapSnapshot> latest,
                                const actors::EngineStats& stats, const KvRequestLabels& labels,
                                int64_t t_ms) {
   if (latest == nullptr) return {};
-  std::string frame;
-  if (sent_ == nullptr) {
-    frame = ws_kv_snapshot_frame(*latest, stats, labels, t_ms);
-  } else if (sent_ == latest) {
-    frame = ws_kv_delta_frame(*latest, {}, stats, labels, t_ms);  // gauges only
+  std::shared_ptr<const KvPoolFrameCache::Part> part;
+  if (cache_ != nullptr) {
+    part = cache_->get(sent_, latest);
   } else {
-    const cache::KvSnapshotDiff diff = cache::diff_kv_snapshots(sent_->pool, latest->pool);
-    frame = diff.resized ? ws_kv_snapshot_frame(*latest, stats, labels, t_ms)
-                         : ws_kv_delta_frame(*latest, diff.delta, stats, labels, t_ms);
+    part = std::make_shared<const KvPoolFrameCache::Part>(make_part(sent_, *latest));
   }
+  std::string frame = assemble_frame(*part, *latest, stats, labels, t_ms);
   sent_ = std::move(latest);
   return frame;
 }

@@ -18,8 +18,10 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "actors/engine.h"
@@ -37,9 +39,42 @@ std::string ws_kv_delta_frame(const cache::KvMapSnapshot& map, const cache::KvSn
                               const actors::EngineStats& stats, const KvRequestLabels& labels,
                               int64_t t_ms);
 
+// The costly half of a kv frame, its pools ("device" and "cpu", as JSON text), depends only on
+// the snapshot a subscriber was last sent and the latest one; subscribers in step (the usual
+// case: they all read at the pace of the same 100 ms ticks) share it instead of each diffing
+// the pools and serialising the same blocks. Keeps the last few parts made. Thread-safe (the
+// server's io threads share one).
+class KvPoolFrameCache {
+ public:
+  struct Part {
+    bool snapshot = false;  // a full picture (first frame, or the pools changed size)
+    std::string device;     // JSON array text
+    std::string cpu;
+  };
+  // The part bringing a subscriber from `sent` (null: nothing yet) to `latest`.
+  std::shared_ptr<const Part> get(const std::shared_ptr<const cache::KvMapSnapshot>& sent,
+                                  const std::shared_ptr<const cache::KvMapSnapshot>& latest);
+  int64_t num_made() const;  // parts computed (not served from the cache), for tests
+
+ private:
+  struct Entry {
+    const cache::KvMapSnapshot* sent;  // identities: a snapshot is immutable once published
+    const cache::KvMapSnapshot* latest;
+    std::shared_ptr<const cache::KvMapSnapshot> keep_sent, keep_latest;  // pins the addresses
+    std::shared_ptr<const Part> part;
+  };
+  static constexpr size_t kCapacity = 8;
+  mutable std::mutex mu_;
+  std::deque<Entry> entries_;  // newest first
+  int64_t num_made_ = 0;
+};
+
 // What one subscriber has been sent.
 class KvFeed {
  public:
+  // cache (not owned; may be null) shares the pool half of frames with other subscribers.
+  explicit KvFeed(KvPoolFrameCache* cache = nullptr) : cache_(cache) {}
+
   // The frame that brings the subscriber to `latest`: a snapshot first (and whenever the pools
   // changed size), then deltas; a delta with no block changes still carries fresh gauges.
   // "" while nothing has been published (latest null). Remembers `latest` as sent.
@@ -50,6 +85,7 @@ class KvFeed {
   void reset() { sent_.reset(); }
 
  private:
+  KvPoolFrameCache* cache_;
   std::shared_ptr<const cache::KvMapSnapshot> sent_;
 };
 

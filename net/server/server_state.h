@@ -25,6 +25,7 @@
 #include "actors/engine.h"
 #include "net/protocol/api_error.h"
 #include "net/protocol/generation_request.h"
+#include "net/protocol/kv_frames.h"
 #include "net/protocol/metrics.h"
 #include "net/protocol/served_model.h"
 #include "net/server/http_server.h"
@@ -71,6 +72,8 @@ class ServerState {
   Metrics& metrics() { return *metrics_; }
   const MetricsExposition& metrics_exposition() const { return exposition_; }
   const std::shared_ptr<PostGate>& gate() const { return gate_; }
+  // The "kv" topic's subscribers share the pool half of their frames (net/protocol/kv_frames.h).
+  KvPoolFrameCache& kv_pool_frames() { return kv_pool_frames_; }
 
   // ---- admission ----
   // The engine's own entry check (actors::check_request: e.g. n above max_num_seqs) run
@@ -117,6 +120,7 @@ class ServerState {
   // Engine requests submitted whose final event has not been seen (shared with callbacks).
   const std::shared_ptr<std::atomic<int>> in_flight_ = std::make_shared<std::atomic<int>>(0);
   std::atomic<bool> stopping_{false};
+  KvPoolFrameCache kv_pool_frames_;
   mutable std::mutex connections_mu_;
   std::map<uint64_t, Connection> connections_;
   uint64_t next_connection_id_ = 1;

@@ -90,6 +90,7 @@ class WsConnection : public std::enable_shared_from_this<WsConnection<Stream>> {
         outbox_changed_(strand_),
         space_freed_(strand_),
         writer_done_(strand_),
+        kv_feed_(&state_->kv_pool_frames()),
         kv_timer_(strand_) {}
 
   websocket::stream<Stream>& ws() { return ws_; }
@@ -219,10 +220,11 @@ template <class Stream>
 void WsConnection<Stream>::queue_kv_frame() {
   if (kv_frame_pending_ || ended_ || closing_) return;
   actors::Engine& engine = state_->engine();
-  const int64_t t_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                           Clock::now().time_since_epoch())
-                           .count();
-  std::string frame = kv_feed_.next_frame(engine.kv_map(), engine.stats(), kv_request_labels(), t_ms);
+  const int64_t t_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+          .count();
+  std::string frame =
+      kv_feed_.next_frame(engine.kv_map(), engine.stats(), kv_request_labels(), t_ms);
   if (frame.empty()) return;  // nothing published yet
   outbox_.push_back(Outgoing{0, std::move(frame), true});
   kv_frame_pending_ = true;

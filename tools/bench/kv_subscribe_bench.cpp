@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/connect.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
 #include <chrono>
@@ -53,48 +55,84 @@ int64_t rss_kib() {
   return -1;
 }
 
-// One subscriber on its own thread: reads every frame (counting kv frames), or, slow, subscribes
-// and never reads again.
+// One subscriber: reads every frame (counting kv frames), or, slow, subscribes and never reads
+// again. All of them share one io_context run by one thread (Subscribers), as a browser tab's
+// socket costs its own machine, not the server's: 32 reading threads would instead take the
+// server's CPU on a 2-core machine and be measured as the subscription's cost.
 class Subscriber {
  public:
-  Subscriber(uint16_t port, bool slow) : ws_(io_), slow_(slow) {
+  Subscriber(asio::io_context& io, uint16_t port, bool slow) : ws_(io) {
     tcp::socket& socket = ws_.next_layer();
     socket.open(tcp::v4());
     if (slow) socket.set_option(asio::socket_base::receive_buffer_size(4096));
     socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
     ws_.handshake("127.0.0.1", "/v1/stream");
     ws_.write(asio::buffer(std::string(R"({"type": "subscribe", "topic": "kv"})")));
-    if (!slow) thread_ = std::thread([this] { read_loop(); });
   }
-  ~Subscriber() {
+  // Starts the read loop (on the io_context's thread).
+  void start_reading() { read_next(); }
+  // On the io_context's thread: ends the read loop.
+  void close() {
     beast::error_code ignored;
     ws_.next_layer().shutdown(tcp::socket::shutdown_both, ignored);
     ws_.next_layer().close(ignored);
-    if (thread_.joinable()) thread_.join();
   }
   int64_t kv_frames() const { return kv_frames_.load(); }
   int64_t bytes() const { return bytes_.load(); }
 
  private:
-  void read_loop() {
-    for (;;) {
-      beast::flat_buffer buffer;
-      beast::error_code ec;
-      ws_.read(buffer, ec);
+  void read_next() {
+    buffer_.clear();
+    ws_.async_read(buffer_, [this](beast::error_code ec, size_t) {
       if (ec) return;
-      bytes_ += static_cast<int64_t>(buffer.size());
-      if (beast::buffers_to_string(buffer.data()).find(R"("type":"kv")") != std::string::npos) {
+      bytes_ += static_cast<int64_t>(buffer_.size());
+      if (beast::buffers_to_string(buffer_.data()).find(R"("type":"kv")") != std::string::npos) {
         ++kv_frames_;
       }
-    }
+      read_next();
+    });
   }
 
-  asio::io_context io_;
   websocket::stream<tcp::socket> ws_;
-  bool slow_;
-  std::thread thread_;
+  beast::flat_buffer buffer_;
   std::atomic<int64_t> kv_frames_{0};
   std::atomic<int64_t> bytes_{0};
+};
+
+// num_readers reading subscribers and one slow one, on one thread.
+class Subscribers {
+ public:
+  Subscribers(uint16_t port, int num_readers) : guard_(io_.get_executor()) {
+    all_.push_back(std::make_unique<Subscriber>(io_, port, /*slow=*/true));
+    for (int i = 0; i < num_readers; ++i) {
+      all_.push_back(std::make_unique<Subscriber>(io_, port, /*slow=*/false));
+      asio::post(io_, [s = all_.back().get()] { s->start_reading(); });
+    }
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~Subscribers() {
+    asio::post(io_, [this] {
+      for (auto& s : all_) s->close();
+      guard_.reset();
+    });
+    thread_.join();
+  }
+  int64_t kv_frames() const {
+    int64_t n = 0;
+    for (const auto& s : all_) n += s->kv_frames();
+    return n;
+  }
+  int64_t bytes() const {
+    int64_t n = 0;
+    for (const auto& s : all_) n += s->bytes();
+    return n;
+  }
+
+ private:
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> guard_;
+  std::vector<std::unique_ptr<Subscriber>> all_;
+  std::thread thread_;
 };
 
 double run_workload(actors::Engine& engine, int num_requests, int max_tokens) {
@@ -169,17 +207,11 @@ int main(int argc, char** argv) {
     double watched = 0;
     int64_t rss_watched = 0, frames = 0, bytes = 0;
     {
-      std::vector<std::unique_ptr<Subscriber>> subscribers;
-      subscribers.push_back(std::make_unique<Subscriber>(port, /*slow=*/true));
-      for (int i = 0; i < num_subscribers; ++i) {
-        subscribers.push_back(std::make_unique<Subscriber>(port, /*slow=*/false));
-      }
+      Subscribers subscribers(port, num_subscribers);
       watched = run_workload(*engine, num_requests, max_tokens);
       rss_watched = rss_kib();
-      for (const auto& s : subscribers) {
-        frames += s->kv_frames();
-        bytes += s->bytes();
-      }
+      frames = subscribers.kv_frames();
+      bytes = subscribers.bytes();
     }
     ratios.push_back(watched / alone);
     std::printf(

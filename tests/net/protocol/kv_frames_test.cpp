@@ -103,26 +103,28 @@ void expect_block(const json& entry, const cache::KvBlockView& view, size_t id) 
   }
 }
 
+cache::KvPoolSnapshot random_pool(std::mt19937& rng, int device, int cpu) {
+  cache::KvPoolSnapshot pool;
+  pool.block_size = 16;
+  for (int i = 0; i < device + cpu; ++i) {
+    cache::KvBlockView view;
+    const uint32_t r = rng() % 4;
+    if (r == 1) view = used({rng() % 5 + 1}, static_cast<int>(rng() % 16) + 1, rng() % 7 + 1);
+    if (r == 2) view = used({1, 2, 3}, 16, 0xabcdef0123456789ULL);
+    if (r == 3) {
+      view.state = cache::KvBlockState::kCached;
+      view.num_tokens = 16;
+      view.has_hash = true;
+      view.hash = rng();
+    }
+    (i < device ? pool.device : pool.cpu).push_back(view);
+  }
+  return pool;
+}
+
 TEST(KvFramesTest, FeedSendsSnapshotThenDeltasThatRebuildThePool) {
   std::mt19937 rng(3);
-  auto random_pool = [&](int device, int cpu) {
-    cache::KvPoolSnapshot pool;
-    pool.block_size = 16;
-    for (int i = 0; i < device + cpu; ++i) {
-      cache::KvBlockView view;
-      const uint32_t r = rng() % 4;
-      if (r == 1) view = used({rng() % 5 + 1}, static_cast<int>(rng() % 16) + 1, rng() % 7 + 1);
-      if (r == 2) view = used({1, 2, 3}, 16, 0xabcdef0123456789ULL);
-      if (r == 3) {
-        view.state = cache::KvBlockState::kCached;
-        view.num_tokens = 16;
-        view.has_hash = true;
-        view.hash = rng();
-      }
-      (i < device ? pool.device : pool.cpu).push_back(view);
-    }
-    return pool;
-  };
+  auto random_pool = [&](int device, int cpu) { return net::random_pool(rng, device, cpu); };
   KvFeed feed;
   actors::EngineStats stats;
   EXPECT_EQ(feed.next_frame(nullptr, stats, {}, 0), "");  // nothing published yet
@@ -164,6 +166,41 @@ TEST(KvFramesTest, FeedSendsSnapshotThenDeltasThatRebuildThePool) {
   EXPECT_TRUE(quiet["stats"].is_object());
   feed.reset();
   EXPECT_EQ(json::parse(feed.next_frame(same, stats, {}, 3))["kind"], "snapshot");
+}
+
+// Subscribers in step share one pool half per (sent, latest) pair: the frames are those of a
+// feed that makes its own, each with its own labels and time, and a subscriber that skips
+// ticks (a slow reader) still rebuilds the pool from its larger deltas.
+TEST(KvFramesTest, SubscribersInStepShareThePoolHalfOfTheirFrames) {
+  std::mt19937 rng(8);
+  KvPoolFrameCache cache;
+  KvFeed alone, first(&cache), second(&cache), slow(&cache);
+  ClientPool slow_client;
+  actors::EngineStats stats;
+  int64_t made_before = 0;
+  for (int round = 0; round < 12; ++round) {
+    auto map = std::make_shared<cache::KvMapSnapshot>();
+    map->version = static_cast<uint64_t>(round + 1);
+    map->pool = random_pool(rng, 10, 3);
+    map->seq_requests = {{1, 7}, {2, 8}};
+    const std::string expected = alone.next_frame(map, stats, {{7, "a"}}, round);
+    EXPECT_EQ(first.next_frame(map, stats, {{7, "a"}}, round), expected) << round;
+    const json other = json::parse(second.next_frame(map, stats, {{8, "b"}}, round + 5));
+    const json mine = json::parse(expected);
+    EXPECT_EQ(other["device"], mine["device"]);
+    EXPECT_EQ(other["seqs"][1]["id"], "b");
+    EXPECT_EQ(other["t_ms"], round + 5);
+    EXPECT_EQ(cache.num_made(), made_before + 1) << "one pool half for the subscribers in step";
+    made_before = cache.num_made();
+    if (round % 3 == 2) {  // reads every third tick only
+      slow_client.apply(json::parse(slow.next_frame(map, stats, {}, round)));
+      made_before = cache.num_made();
+      for (size_t i = 0; i < map->pool.device.size(); ++i) {
+        expect_block(slow_client.device[i], map->pool.device[i], i);
+      }
+    }
+    if (HasFailure()) return;
+  }
 }
 
 }  // namespace
