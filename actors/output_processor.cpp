@@ -58,6 +58,9 @@ CompletionOutput OutputProcessor::completion(Request& request,
       out.finish_reason = FinishReason::kStop;
       // The scheduler ended it in the same step, tokens after the stop string included.
       const size_t kept = static_cast<size_t>(seq->second->num_tokens());
+      for (size_t i = kept; i < out.token_ids.size() && i < done.token_logprobs.size(); ++i) {
+        out.cumulative_logprob -= done.token_logprobs[i];
+      }
       if (out.token_ids.size() > kept) out.token_ids.resize(kept);
     }
     return out;

@@ -100,6 +100,9 @@ struct CompletedSequence {
   int source_index = -1;
   std::vector<int32_t> token_ids;  // generated tokens (the prompt excluded)
   double cumulative_logprob = 0.0;
+  // Each token's share of cumulative_logprob (sampling sequences; empty for beams), so that a
+  // stop string found after the scheduler ended the sequence can take back the tokens after it.
+  std::vector<float> token_logprobs;
   FinishReason finish_reason = FinishReason::kNone;
 };
 

@@ -262,6 +262,7 @@ std::vector<CompletedSequence> Scheduler::final_outputs(SequenceGroup& group) co
     out.source_index = beam ? -1 : seq->index;
     out.token_ids = seq->output_token_ids;
     out.cumulative_logprob = seq->cumulative_logprob;
+    if (!beam) out.token_logprobs = seq->output_logprobs;
     out.finish_reason = seq->finish_reason;
     outputs.push_back(std::move(out));
   }

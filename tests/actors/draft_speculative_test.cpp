@@ -161,6 +161,28 @@ TEST(DraftSpeculative, SampledRequestsReplayTheirSeedsAndTheTwinIsMostlyAccepted
   EXPECT_GT(penalised.stats.num_spec_accepted_tokens, 0);
 }
 
+// A stop string completed inside a verified step that also reaches max_tokens: the output, its
+// text and its cumulative logprob end at the stop string, as without speculation. The twin
+// accepts everything, so each step emits K + 1 tokens and some max_tokens below falls in the
+// same step as the stop string.
+TEST(DraftSpeculative, AStopStringInTheStepThatEndsByLengthEndsEverythingThere) {
+  const EngineConfig plain = testing_util::stories_config();
+  const Request base = story_requests(1).front();
+  model::SamplingParams long_run = greedy(40);
+  long_run.logprobs = 0;
+  const Tokens out = run(plain, {{base.prompt, long_run}}).outputs[0].tokens();
+  ASSERT_GE(out.size(), 30u);
+  LlmEngine tokenizing(plain);
+  std::vector<Request> requests;
+  for (int end = 20; end < 26; ++end) {
+    model::SamplingParams params = greedy(end + 2);
+    params.stop = {tokenizing.tokenizer().decode(Tokens(out.begin() + end - 2, out.begin() + end))};
+    requests.push_back({base.prompt, params});
+  }
+  const EngineRun baseline = run(plain, requests);
+  expect_same_outputs(baseline, run(with_draft(plain), requests), "stop string and length");
+}
+
 class DraftSpeculativeSynthetic : public ::testing::Test {
  protected:
   // A random model with stories260K's vocabulary but another shape (its twin KV pool too).
