@@ -1,7 +1,9 @@
 // regex_to_gbnf: a regular expression (the subset common to Python's re and ECMAScript) as one
 // GBNF rule. Groups become parenthesized GBNF, classes become GBNF classes over code points,
-// quantifiers map one to one; what GBNF cannot express (backreferences, lookaround, word
-// boundaries, anchors inside the pattern) is refused with the column.
+// quantifiers map one to one, except that an unbounded repetition of something able to match
+// empty repeats only its non-empty parts (GBNF would be left-recursive); what GBNF cannot
+// express (backreferences, lookaround, word boundaries, anchors inside the pattern) is refused
+// with the column.
 #include <cstdio>
 
 #include "model/grammar/grammar.h"
@@ -62,6 +64,59 @@ std::string literal(uint32_t cp) {
   return gbnf_literal(utf8);
 }
 
+// A translated subexpression X. When X can match empty, `pieces` are expressions that cannot,
+// with (pieces)* == X*: an unbounded repetition of X becomes (p1 | ... | pk)*, since X* in GBNF
+// (R ::= X R | "") is left-recursive when X is nullable. Each piece is a disjoint part of
+// `text`, so they never cost more than the text itself.
+struct Fragment {
+  std::string text;
+  bool nullable = false;
+  std::vector<std::string> pieces;
+};
+
+// Appends f's generators under repetition: its pieces when it can match empty, else f itself.
+void add_generators(std::vector<std::string>& out, Fragment&& f) {
+  if (!f.nullable) {
+    out.push_back(std::move(f.text));
+    return;
+  }
+  for (std::string& piece : f.pieces) out.push_back(std::move(piece));
+}
+
+std::string join_alternatives(const std::vector<std::string>& alternatives) {
+  std::string out;
+  for (const std::string& a : alternatives) out += (out.empty() ? "" : " | ") + a;
+  return out;
+}
+
+// item{min_times,max_times} (max_times -1: unbounded).
+Fragment repeat(Fragment item, int min_times, int max_times) {
+  Fragment out;
+  out.nullable = min_times == 0 || max_times == 0 || item.nullable;
+  if (max_times < 0 && item.nullable) {
+    // X{m,} == X* when X matches empty (its m copies can be empty), and
+    // X* == (pieces)*; the pieces cannot match empty, so GBNF has no left recursion.
+    out.text = item.pieces.empty() ? "\"\"" : "(" + join_alternatives(item.pieces) + ")*";
+    out.pieces = std::move(item.pieces);
+    return out;
+  }
+  // A bounded repetition of a nullable X is a chain of distinct optional rules in GBNF, so
+  // it stays as written: not recursive, and the same language.
+  if (min_times == 0 && max_times == 1) {
+    out.text = "(" + item.text + ")?";
+  } else if (min_times == 0 && max_times < 0) {
+    out.text = "(" + item.text + ")*";
+  } else if (min_times == 1 && max_times < 0) {
+    out.text = "(" + item.text + ")+";
+  } else {
+    out.text = "(" + item.text + "){" + std::to_string(min_times) + "," +
+               (max_times < 0 ? "" : std::to_string(max_times)) + "}";
+  }
+  // (X{m,n})* == X* when X{m,n} matches empty and n >= 1; X{0,0} matches only empty.
+  if (out.nullable && max_times != 0) add_generators(out.pieces, std::move(item));
+  return out;
+}
+
 class RegexTranslator {
  public:
   explicit RegexTranslator(std::string_view pattern) : p_(pattern) {}
@@ -73,7 +128,7 @@ class RegexTranslator {
     for (;;) {
       bool starts = false, ends = false;
       if (peek() == '^') ++pos_, starts = true;
-      std::string seq = parse_sequence(true, &ends);
+      std::string seq = parse_sequence(true, &ends).text;
       if (!anchored && !starts) seq = std::string(kAnyCodePoint) + "* " + seq;
       if (!anchored && !ends) seq += std::string(" ") + kAnyCodePoint + "*";
       out += seq.empty() ? "\"\"" : seq;
@@ -92,21 +147,10 @@ class RegexTranslator {
   bool at_end() const { return pos_ >= p_.size(); }
   char peek(size_t ahead = 0) const { return pos_ + ahead < p_.size() ? p_[pos_ + ahead] : '\0'; }
 
-  std::string parse_alternation() {
-    std::string out = "(";
-    for (;;) {
-      std::string seq = parse_sequence(false, nullptr);
-      out += seq.empty() ? "\"\"" : seq;
-      if (peek() != '|') break;
-      ++pos_;
-      out += " | ";
-    }
-    return out + ")";
-  }
-
-  std::string parse_sequence(bool top, bool* ends_anchored);
-  std::string parse_atom();
-  std::string parse_group();
+  Fragment parse_alternation();
+  Fragment parse_sequence(bool top, bool* ends_anchored);
+  Fragment parse_atom();
+  Fragment parse_group();
   bool parse_quantifier(int& min_times, int& max_times);
   uint32_t parse_char();
   std::string parse_escape();
@@ -119,8 +163,29 @@ class RegexTranslator {
   size_t pos_ = 0;
 };
 
-std::string RegexTranslator::parse_sequence(bool top, bool* ends_anchored) {
-  std::string out;
+Fragment RegexTranslator::parse_alternation() {
+  std::vector<Fragment> branches;
+  for (;;) {
+    branches.push_back(parse_sequence(false, nullptr));
+    if (peek() != '|') break;
+    ++pos_;
+  }
+  Fragment out{"(", false, {}};
+  for (size_t i = 0; i < branches.size(); ++i) {
+    const Fragment& b = branches[i];
+    if (i > 0) out.text += " | ";
+    out.text += b.text.empty() ? "\"\"" : b.text;
+    out.nullable = out.nullable || b.nullable;
+  }
+  out.text += ")";
+  // (A | B)* == (generators of A | generators of B)*.
+  if (out.nullable)
+    for (Fragment& b : branches) add_generators(out.pieces, std::move(b));
+  return out;
+}
+
+Fragment RegexTranslator::parse_sequence(bool top, bool* ends_anchored) {
+  Fragment out{"", true, {}};  // the empty sequence matches empty
   while (!at_end() && peek() != '|' && peek() != ')') {
     const size_t start = pos_;
     if (peek() == '$') {
@@ -132,7 +197,7 @@ std::string RegexTranslator::parse_sequence(bool top, bool* ends_anchored) {
       fail(start, "anchor '$' is only supported at the end of the pattern");
     }
     if (peek() == '^') fail(start, "anchor '^' is only supported at the start of the pattern");
-    std::string atom = parse_atom();
+    Fragment atom = parse_atom();
     int min_times = 1, max_times = 1;
     if (parse_quantifier(min_times, max_times)) {
       if (peek() == '?') ++pos_;  // lazy: the same language
@@ -140,19 +205,18 @@ std::string RegexTranslator::parse_sequence(bool top, bool* ends_anchored) {
       const size_t extra = pos_;
       if (parse_quantifier(more_min, more_max))
         fail(extra, "nothing to repeat (possessive or doubled quantifier)");
-      if (min_times == 0 && max_times == 1) {
-        atom = "(" + atom + ")?";
-      } else if (min_times == 0 && max_times < 0) {
-        atom = "(" + atom + ")*";
-      } else if (min_times == 1 && max_times < 0) {
-        atom = "(" + atom + ")+";
-      } else {
-        atom = "(" + atom + "){" + std::to_string(min_times) + "," +
-               (max_times < 0 ? "" : std::to_string(max_times)) + "}";
-      }
+      atom = repeat(std::move(atom), min_times, max_times);
     }
-    if (!out.empty()) out += ' ';
-    out += atom;
+    if (!out.text.empty()) out.text += ' ';
+    out.text += atom.text;
+    // (X1 ... Xn)* == (X1 | ... | Xn)* when every Xi matches empty, so the pieces add up;
+    // one element that cannot match empty makes the sequence a generator of its own.
+    if (!atom.nullable) {
+      out.nullable = false;
+      out.pieces.clear();
+    } else if (out.nullable) {
+      add_generators(out.pieces, std::move(atom));
+    }
   }
   return out;
 }
@@ -193,7 +257,7 @@ bool RegexTranslator::parse_quantifier(int& min_times, int& max_times) {
   return true;
 }
 
-std::string RegexTranslator::parse_atom() {
+Fragment RegexTranslator::parse_atom() {
   const size_t start = pos_;
   const char c = peek();
   int lo = 0, hi = 0;
@@ -201,16 +265,16 @@ std::string RegexTranslator::parse_atom() {
     fail(start, "nothing to repeat");
   }
   if (c == '(') return parse_group();
-  if (c == '[') return parse_class();
+  if (c == '[') return {parse_class(), false, {}};
   if (c == '.') {
     ++pos_;
-    return "[^\\n]";
+    return {"[^\\n]", false, {}};
   }
-  if (c == '\\') return parse_escape();
-  return literal(parse_char());
+  if (c == '\\') return {parse_escape(), false, {}};
+  return {literal(parse_char()), false, {}};
 }
 
-std::string RegexTranslator::parse_group() {
+Fragment RegexTranslator::parse_group() {
   const size_t start = pos_++;
   if (peek() == '?') {
     const char k = peek(1);
@@ -229,7 +293,7 @@ std::string RegexTranslator::parse_group() {
       fail(start, "unsupported group '(?" + std::string(1, k) + "'");
     }
   }
-  std::string inner = parse_alternation();
+  Fragment inner = parse_alternation();
   if (peek() != ')') fail(start, "unbalanced '('");
   ++pos_;
   return inner;

@@ -6,6 +6,7 @@
 #include <random>
 #include <regex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tests/model/grammar/grammar_test_util.h"
@@ -123,9 +124,68 @@ TEST(Regex, AgreesWithStdRegexOnRandomStrings) {
   }
 }
 
+// Every string over `alphabet` of at most `max_len` characters.
+std::vector<std::string> all_strings(std::string_view alphabet, size_t max_len) {
+  std::vector<std::string> out{""};
+  for (size_t from = 0; from < out.size() && out[from].size() < max_len; ++from) {
+    for (char c : alphabet) out.push_back(out[from] + c);
+  }
+  return out;
+}
+
+// Repetitions of something that can match empty (the grammar fuzzer's "c(|b)*[x-z]{2}"): they
+// compile (no left-recursive GBNF) and match exactly what std::regex_match matches, checked on
+// every short string; `python_count` is how many of them Python's re.fullmatch accepts.
+TEST(Regex, RepeatedEmptyMatchesAgreeOnEveryShortString) {
+  struct Case {
+    std::string pattern;
+    std::string alphabet;
+    size_t max_len;
+    int python_count;
+  };
+  const std::vector<Case> cases = {
+      {"c(|b)*[x-z]{2}", "bcxy", 6, 16},
+      {"(a|)*", "ab", 6, 7},
+      {"(a?)*", "ab", 6, 7},
+      {"(a*)+", "ab", 6, 7},
+      {"(|)+", "a", 3, 1},
+      {"(a|b?){2,}", "abc", 6, 127},
+      {"(a?b?)*c", "abc", 6, 63},
+      {"((a|)*b?)+", "abc", 5, 63},
+      {"(ab?|c*){2,}d?", "abcd", 6, 407},
+      {"((ab)*|c)+d", "abcd", 6, 20},
+      {"(a?){3,}b", "ab", 6, 6},
+      {"(x*)*?y", "xy", 6, 6},
+      {"(a{0}|b)*c", "abc", 6, 6},
+      {"(a?b?){2}", "abc", 6, 12},
+      {"(a?b?){1,3}c?", "abc", 6, 65},
+      {"(a?){0,3}", "ab", 6, 4},
+      {"(|a)?b*", "ab", 6, 13},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("pattern " + c.pattern);
+    const GrammarMatcher m = matcher_for(regex_to_gbnf(c.pattern));
+    const std::regex reference(c.pattern, std::regex::ECMAScript);
+    int count = 0;
+    for (const std::string& s : all_strings(c.alphabet, c.max_len)) {
+      const bool expected = std::regex_match(s, reference);
+      count += expected;
+      ASSERT_EQ(matches(m, s), expected) << "string '" << s << "'";
+    }
+    EXPECT_EQ(count, c.python_count);
+  }
+}
+
+TEST(Regex, RepeatedEmptyMatchRepeatsOnlyItsNonEmptyPart) {
+  EXPECT_EQ(regex_to_gbnf("(|b)*"), "root ::= (\"b\")*\n");
+  EXPECT_EQ(regex_to_gbnf("(a?)+"), "root ::= (\"a\")*\n");
+  EXPECT_EQ(regex_to_gbnf("(|)+"), "root ::= \"\"\n");
+  EXPECT_NO_THROW(matcher_for(regex_to_gbnf("(a|)*b", "root", false)));
+}
+
 TEST(Regex, UnanchoredIsSearch) {
   std::mt19937 rng(5);
-  for (std::string pattern : {"ab", "^ab", "ab$", "^a|b$", "a\\d+", "^x*$"}) {
+  for (std::string pattern : {"ab", "^ab", "ab$", "^a|b$", "a\\d+", "^x*$", "(|b)*c", "^(a?)+$"}) {
     SCOPED_TRACE(pattern);
     const GrammarMatcher m = matcher_for(regex_to_gbnf(pattern, "root", false));
     const std::regex reference(pattern, std::regex::ECMAScript);
