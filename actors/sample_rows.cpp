@@ -44,6 +44,38 @@ bool has_finite(std::span<const float> logits) {
   return std::any_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); });
 }
 
+// The row a draw at output position `step` is made from: penalties over `history`, the
+// grammar's mask (its budget: the tokens max_tokens leaves after this one), banned tokens (the
+// grammar wins when it allows only banned ones, being complete). `raw` itself when none apply.
+std::span<const float> constrained_row(const ScheduledSequence& seq, std::span<const float> raw,
+                                       std::span<const int32_t> history,
+                                       const GrammarRowState* grammar, uint64_t step,
+                                       std::vector<float>& masked) {
+  const model::SamplingParams& sampling = *seq.sampling;
+  if (seq.banned_token_ids.empty() && !sampling.has_penalties() && grammar == nullptr) return raw;
+  masked.assign(raw.begin(), raw.end());
+  model::apply_penalties(masked, sampling, seq.penalty_prompt_ids, history);
+  if (grammar != nullptr) {
+    const int64_t left = int64_t{sampling.max_tokens} - static_cast<int64_t>(step) - 1;
+    mask_logits(*grammar, masked, static_cast<size_t>(std::max<int64_t>(left, 0)));
+  }
+  const std::vector<float> unbanned = ban_tokens(masked, seq.banned_token_ids);
+  if (grammar != nullptr && !unbanned.empty() && !has_finite(masked)) {
+    restore_tokens(masked, seq.banned_token_ids, unbanned);
+  }
+  return masked;
+}
+
+// After draw `token` of a verifying row: advances the grammar (if any) and records whether it
+// ended there. True when the row must stop drawing (the grammar allows nothing more).
+bool advance_grammar(GrammarRowState* grammar, int32_t token, SequenceStepOutput& out) {
+  if (grammar == nullptr) return false;
+  const model::TokenLogprob draw{token, 0.0f};
+  const uint8_t ended = advance_on_draws(*grammar, std::span(&draw, 1))[0];
+  out.grammar_ended.push_back(ended);
+  return ended != 0;
+}
+
 }  // namespace
 
 void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<const float> logits,
@@ -60,8 +92,7 @@ void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<cons
                                   " samples but has no sampling params");
     }
     if (seqs[i].num_proposed_tokens > 0 &&
-        (seqs[i].sample_seeds.size() != 1 || seqs[i].sampling->grammar ||
-         seqs[i].num_top_logprobs > 0)) {
+        (seqs[i].sample_seeds.size() != 1 || seqs[i].num_top_logprobs > 0)) {
       throw std::invalid_argument("sequence " + std::to_string(seqs[i].seq_id) +
                                   " verifies proposals but is not a single-draw decode");
     }
@@ -94,7 +125,8 @@ void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<cons
         try {
           if (seqs[i].num_proposed_tokens > 0) {
             const size_t rows = 1 + static_cast<size_t>(seqs[i].num_proposed_tokens);
-            out[i] = verify_row(seqs[i], logits.subspan(first_logits[r] * vocab, rows * vocab));
+            out[i] = verify_row(seqs[i], logits.subspan(first_logits[r] * vocab, rows * vocab),
+                                row_grammars[r]);
           } else {
             out[i] = sample_row(seqs[i], logits.subspan(first_logits[r] * vocab, vocab),
                                 row_grammars[r]);
@@ -111,22 +143,10 @@ void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<cons
 SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const float> raw_logits,
                               GrammarRowState* grammar) {
   const model::SamplingParams& sampling = *seq.sampling;
-  std::span<const float> row_logits = raw_logits;  // raw: what reported logprobs describe
   std::vector<float> masked;
-  if (!seq.banned_token_ids.empty() || sampling.has_penalties() || grammar != nullptr) {
-    masked.assign(raw_logits.begin(), raw_logits.end());
-    model::apply_penalties(masked, sampling, seq.penalty_prompt_ids, seq.penalty_output_ids);
-    if (grammar != nullptr) {
-      const int64_t left = int64_t{sampling.max_tokens} - static_cast<int64_t>(seq.sample_step) - 1;
-      mask_logits(*grammar, masked, static_cast<size_t>(std::max<int64_t>(left, 0)));
-    }
-    const std::vector<float> unbanned = ban_tokens(masked, seq.banned_token_ids);
-    // The grammar allows only tokens min_tokens bans (it is complete): the grammar wins.
-    if (grammar != nullptr && !unbanned.empty() && !has_finite(masked)) {
-      restore_tokens(masked, seq.banned_token_ids, unbanned);
-    }
-    row_logits = masked;
-  }
+  // raw_logits stay what reported logprobs describe.
+  const std::span<const float> row_logits =
+      constrained_row(seq, raw_logits, seq.penalty_output_ids, grammar, seq.sample_step, masked);
   SequenceStepOutput out;
   if (!seq.sample_seeds.empty()) {
     out.samples =
@@ -158,7 +178,8 @@ namespace {
 // token is drawn from p_K as a lone step would. Each emitted token is then distributed as p.
 // The acceptance test uses the row's stream at (seed, sample_step + j), the residual draw a
 // stream of its own, so a seeded request replays exactly.
-SequenceStepOutput verify_drafted_row(const ScheduledSequence& seq, std::span<const float> logits) {
+SequenceStepOutput verify_drafted_row(const ScheduledSequence& seq, std::span<const float> logits,
+                                      GrammarRowState* grammar) {
   const model::SamplingParams& sampling = *seq.sampling;
   const int num_proposed = seq.num_proposed_tokens;
   const size_t vocab = logits.size() / static_cast<size_t>(num_proposed + 1);
@@ -183,25 +204,24 @@ SequenceStepOutput verify_drafted_row(const ScheduledSequence& seq, std::span<co
   };
   for (int j = 0; j <= num_proposed; ++j) {
     const std::span<const float> raw = logits.subspan(static_cast<size_t>(j) * vocab, vocab);
-    masked.assign(raw.begin(), raw.end());
-    model::apply_penalties(masked, sampling, seq.penalty_prompt_ids, history);
-    ban_tokens(masked, seq.banned_token_ids);
     const uint64_t step = seq.sample_step + static_cast<uint64_t>(j);
+    const std::span<const float> row = constrained_row(seq, raw, history, grammar, step, masked);
     if (j == num_proposed) {  // every proposal accepted: the bonus token, as a lone step
       const std::span<const uint64_t> seeds = std::span<const uint64_t>(seq.sample_seeds).first(1);
-      const model::TokenLogprob draw =
-          model::sample_tokens_logprob(masked, sampling, seeds, step)[0];
-      emit(raw, masked, draw.token_id);
+      const model::TokenLogprob draw = model::sample_tokens_logprob(row, sampling, seeds, step)[0];
+      emit(raw, row, draw.token_id);
+      advance_grammar(grammar, draw.token_id, out);
       break;
     }
     const int32_t proposal = seq.new_token_ids[first_proposal + static_cast<size_t>(j)];
     const std::span<const float> q =
         std::span<const float>(seq.draft_probs).subspan(static_cast<size_t>(j) * vocab, vocab);
-    model::sampling_distribution(masked, sampling, p);
+    model::sampling_distribution(row, sampling, p);
     const size_t x = static_cast<size_t>(proposal);
     const double u = model::uniform_from_counter(seed, step);
     if (x < vocab && q[x] > 0.0f && u * q[x] < p[x]) {
-      emit(raw, masked, proposal);
+      emit(raw, row, proposal);
+      if (advance_grammar(grammar, proposal, out)) break;
       history.push_back(proposal);
       continue;
     }
@@ -210,9 +230,11 @@ SequenceStepOutput verify_drafted_row(const ScheduledSequence& seq, std::span<co
       p[t] = std::max(p[t] - q[t], 0.0f);
       residual_mass += p[t];
     }
-    if (residual_mass <= 0.0) model::sampling_distribution(masked, sampling, p);  // p == q
+    if (residual_mass <= 0.0) model::sampling_distribution(row, sampling, p);  // p == q
     const double v = model::uniform_from_counter(seed ^ 0x9e3779b97f4a7c15ULL, step);
-    emit(raw, masked, model::sample_from_distribution(p, v));
+    const int32_t token = model::sample_from_distribution(p, v);
+    emit(raw, row, token);
+    advance_grammar(grammar, token, out);
     break;
   }
   return out;
@@ -225,8 +247,9 @@ SequenceStepOutput verify_drafted_row(const ScheduledSequence& seq, std::span<co
 // draw equals it is the rejection rule for a point-mass draft: the proposal x is kept with
 // probability p(x), and on a mismatch the draw is distributed as p with x removed,
 // renormalised. So the tokens are exactly those of the same request without speculation.
-SequenceStepOutput verify_row(const ScheduledSequence& seq, std::span<const float> logits) {
-  if (!seq.draft_probs.empty()) return verify_drafted_row(seq, logits);
+SequenceStepOutput verify_row(const ScheduledSequence& seq, std::span<const float> logits,
+                              GrammarRowState* grammar) {
+  if (!seq.draft_probs.empty()) return verify_drafted_row(seq, logits, grammar);
   const model::SamplingParams& sampling = *seq.sampling;
   const int num_proposed = seq.num_proposed_tokens;
   const size_t vocab = logits.size() / static_cast<size_t>(num_proposed + 1);
@@ -236,22 +259,17 @@ SequenceStepOutput verify_row(const ScheduledSequence& seq, std::span<const floa
   SequenceStepOutput out;
   for (int j = 0; j <= num_proposed; ++j) {
     const std::span<const float> raw = logits.subspan(static_cast<size_t>(j) * vocab, vocab);
-    std::span<const float> row = raw;
-    if (sampling.has_penalties() || !seq.banned_token_ids.empty()) {
-      masked.assign(raw.begin(), raw.end());
-      model::apply_penalties(masked, sampling, seq.penalty_prompt_ids, history);
-      ban_tokens(masked, seq.banned_token_ids);
-      row = masked;
-    }
+    const uint64_t step = seq.sample_step + static_cast<uint64_t>(j);
+    const std::span<const float> row = constrained_row(seq, raw, history, grammar, step, masked);
     // sample_row's call, so that the draw is bit for bit the one a lone step makes.
     const model::TokenLogprob draw = model::sample_tokens_logprob(
-        row, sampling, std::span<const uint64_t>(seq.sample_seeds).first(1),
-        seq.sample_step + static_cast<uint64_t>(j))[0];
+        row, sampling, std::span<const uint64_t>(seq.sample_seeds).first(1), step)[0];
     out.samples.push_back(draw);
     if (sampling.logprobs) {
       const int32_t drawn[1] = {draw.token_id};
       out.reported_logprobs.push_back(model::sample_logprobs(raw, drawn, *sampling.logprobs)[0]);
     }
+    if (advance_grammar(grammar, draw.token_id, out)) break;  // the grammar is complete
     if (j == num_proposed || draw.token_id != seq.new_token_ids[first_proposal + j]) break;
     history.push_back(draw.token_id);
   }

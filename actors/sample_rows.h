@@ -33,7 +33,10 @@ SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const floa
 // A row that verifies speculative proposals (ScheduledSequence::num_proposed_tokens = K > 0):
 // `logits` holds its K + 1 rows. Draws position 0, 1, ... in order as K + 1 single-token steps
 // would, and stops after the first draw that differs from its proposal (or after position K).
-// Penalties see the accepted draws; banned tokens apply to every position.
-SequenceStepOutput verify_row(const ScheduledSequence& seq, std::span<const float> logits);
+// Penalties see the accepted draws; banned tokens apply to every position; a constrained row's
+// grammar (`grammar`, synced to the row's output) masks each position and advances with each
+// draw, and the row stops at a draw that completes it (grammar_ended, one flag per draw).
+SequenceStepOutput verify_row(const ScheduledSequence& seq, std::span<const float> logits,
+                              GrammarRowState* grammar = nullptr);
 
 }  // namespace pagedserve::actors

@@ -36,13 +36,15 @@
 // then waits for that step, as a synchronous loop does.
 //
 // Speculative decoding (config.speculative): when planning, each running sequence that decodes
-// may get up to K proposals (NgramProposer) appended after its last token as speculative slots
+// may get up to K proposals (NgramProposer's, or placeholders a draft model in the executor
+// fills) appended after its last token as speculative slots
 // (BlockManager::append_speculative_token); the executor verifies them in the same forward pass
-// and update() appends the accepted draws one by one, with the usual stop checks, then settles
-// the slots (accepted kept, the rest truncated). A step that may carry proposals is never
-// followed by one planned ahead: proposals need every token known. The policy: none while more
-// than speculative.max_batch_seqs sequences run; none for beam search, grammars, a prompt's
-// first draw, a pending sample, or before min_tokens.
+// (a grammar-constrained row under its grammar's mask at each position) and update() appends
+// the accepted draws one by one, with the usual stop checks, then settles the slots (accepted
+// kept, the rest truncated). A step that may carry proposals is never followed by one planned
+// ahead: proposals need every token known. The policy: none while more than
+// speculative.max_batch_seqs sequences run; none for beam search, a prompt's first draw, a
+// pending sample, or before min_tokens.
 #pragma once
 
 #include <cstdint>

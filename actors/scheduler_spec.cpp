@@ -11,7 +11,7 @@ namespace pagedserve::actors {
 
 bool Scheduler::may_speculate(const SequenceGroup& group, const Sequence& seq) const {
   const model::SamplingParams& params = group.sampling;
-  if (seq.finished() || !group.forked || group.is_beam_search() || params.grammar) return false;
+  if (seq.finished() || !group.forked || group.is_beam_search()) return false;
   // Proposals follow the sequence's last token, which must be known and the only one left.
   if (seq.num_pending_samples > 0 || !kv_->has_sequence(seq.seq_id)) return false;
   if (group.num_tokens(seq) - seq.num_computed_tokens != 1) return false;
@@ -96,7 +96,8 @@ void Scheduler::accept_verified(SequenceGroup& group, Sequence& seq,
   seq.num_accepted_tokens += num_accepted;
   // Each draw is a token as if sampled alone: stop checks after each, nothing after a stop.
   for (size_t i = 0; i < samples.size() && !seq.finished(); ++i) {
-    append_sample(group, seq, samples[i], update);
+    const bool grammar_ended = i < output.grammar_ended.size() && output.grammar_ended[i] != 0;
+    append_sample(group, seq, samples[i], update, grammar_ended);
     if (i < output.reported_logprobs.size()) {
       update.seqs.back().logprobs.push_back(output.reported_logprobs[i]);
     }

@@ -12,6 +12,7 @@
 #include "model/grammar/json_schema.h"
 #include "model/grammar/matcher.h"
 #include "tests/actors/engine_test_util.h"
+#include "tests/actors/grammar_engine_util.h"
 
 namespace pagedserve::actors {
 namespace {
@@ -21,14 +22,7 @@ namespace grammar = model::grammar;
 
 std::shared_ptr<const grammar::CompiledGrammar> compile(const LlmEngine& engine,
                                                         const std::string& gbnf) {
-  const model::Tokenizer& tokenizer = engine.tokenizer();
-  std::vector<std::string> bytes(static_cast<size_t>(tokenizer.vocab_size()));
-  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
-    if (!tokenizer.is_special(id)) bytes[id] = tokenizer.token_bytes_after_text(id);
-  }
-  auto vocab = std::make_shared<const grammar::TokenVocabulary>(
-      std::move(bytes), std::vector<int32_t>{*tokenizer.eos_token_id()});
-  return grammar::CompiledGrammar::compile(grammar::parse_gbnf(gbnf), vocab);
+  return compile_grammar(engine, gbnf);
 }
 
 model::SamplingParams sampled(std::shared_ptr<const grammar::CompiledGrammar> g, uint64_t seed,
