@@ -3,6 +3,7 @@
 #include "actors/engine_setup.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "actors/cpu_executor.h"
@@ -148,6 +149,29 @@ kernels::KvDtype resolve_cpu_kv_dtype(const std::string& kv_cache_dtype,
       kv_cache_dtype + "'");
 }
 
+namespace {
+
+// The share of the KV memory and swap space the target's pools get when a draft model's twin
+// pools (actors/draft_proposer.h: a draft block for every target block) take the rest.
+double target_kv_share(const cache::KvCacheShape& target, const model::ModelConfig& draft) {
+  cache::KvCacheShape twin = target;
+  twin.num_layers = draft.num_hidden_layers;
+  twin.num_kv_heads = draft.num_key_value_heads;
+  twin.head_dim = draft.head_dim;
+  const double target_bytes = static_cast<double>(cache::kv_bytes_per_block(target));
+  return target_bytes / (target_bytes + static_cast<double>(cache::kv_bytes_per_block(twin)));
+}
+
+model::LlamaCheckpoint open_draft_model(const std::string& path) {
+  try {
+    return model::open_llama_checkpoint(path);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument("--draft-model " + path + ": " + e.what());
+  }
+}
+
+}  // namespace
+
 EngineSetup set_up_engine(const EngineConfig& config_in) {
   EngineSetup setup;
   EngineConfig& config = setup.config;
@@ -201,14 +225,23 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
     config.kv_cache_dtype = kernels::kv_dtype_name(cpu_kv_dtype);
     shape.dtype_bytes = kernels::kv_dtype_size(cpu_kv_dtype);
   }
+  const bool draft = config.speculative.method == SpeculativeMethod::kDraft;
+  std::optional<model::LlamaCheckpoint> draft_checkpoint;
+  double kv_share = 1.0;
+  if (draft) {
+    draft_checkpoint = open_draft_model(config.speculative.draft_model);
+    kv_share = target_kv_share(shape, draft_checkpoint->config);
+  }
   if (config.num_kv_blocks <= 0 && !cuda) {
-    const int from_memory = cache::num_blocks_for_memory(shape, config.kv_cache_memory_bytes);
+    const int from_memory = cache::num_blocks_for_memory(
+        shape, static_cast<int64_t>(static_cast<double>(config.kv_cache_memory_bytes) * kv_share));
     // More blocks than every sequence at full length could use is wasted memory.
     const int64_t useful = int64_t{config.max_num_seqs} *
                            ((config.max_model_len + config.block_size - 1) / config.block_size);
     config.num_kv_blocks = static_cast<int>(std::min<int64_t>(from_memory, useful));
   }
-  const int num_cpu_blocks = cache::num_blocks_for_memory(shape, config.swap_space_bytes);
+  const int num_cpu_blocks = cache::num_blocks_for_memory(
+      shape, static_cast<int64_t>(static_cast<double>(config.swap_space_bytes) * kv_share));
   if (cuda) {
     setup.executor =
         make_cuda_executor(model::load_llama_weights(config.model_dir), config, num_cpu_blocks);
@@ -225,7 +258,6 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
   // Blocks are released for the CPU executor only: the CUDA one refuses windowed models so far
   // (its attention reads from position 0), and it rejects a released (kNoBlock) table entry.
   // Nor with a draft model, which may catch up over positions before the target's window.
-  const bool draft = config.speculative.method == SpeculativeMethod::kDraft;
   set_up_scheduler(setup, num_cpu_blocks, mc.eos_token_ids,
                    cuda || draft ? 0 : mc.max_window_of_all_layers());
 
@@ -235,7 +267,7 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
                                                   config.num_threads, cpu_kv_dtype, weight_format);
     if (draft) {
       try {
-        executor->attach_draft_model(model::open_llama_checkpoint(config.speculative.draft_model));
+        executor->attach_draft_model(*draft_checkpoint);
       } catch (const std::exception& e) {
         throw std::invalid_argument("--draft-model " + config.speculative.draft_model + ": " +
                                     e.what());

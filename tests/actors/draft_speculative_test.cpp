@@ -183,6 +183,22 @@ TEST(DraftSpeculative, AStopStringInTheStepThatEndsByLengthEndsEverythingThere) 
   expect_same_outputs(baseline, run(with_draft(plain), requests), "stop string and length");
 }
 
+// The draft's twin pools take their share of --kv-cache-memory and the swap space: the twin of
+// stories260K doubles a block's bytes (2 x 5 layers x 4 KV heads x 8 x 16 tokens x 4 bytes =
+// 20480 each), so the same memory holds half the blocks.
+TEST(DraftSpeculative, TheTwinPoolsShareTheKvMemory) {
+  EngineConfig plain = testing_util::stories_config();
+  plain.num_kv_blocks = 0;  // from memory
+  plain.kv_cache_memory_bytes = int64_t{20480} * 100;
+  plain.swap_space_bytes = int64_t{20480} * 10;
+  const LlmEngine alone(plain);
+  EXPECT_EQ(alone.scheduler().block_manager().num_total_device_blocks(), 100);
+  EXPECT_EQ(alone.scheduler().block_manager().num_total_cpu_blocks(), 10);
+  const LlmEngine drafted(with_draft(plain));
+  EXPECT_EQ(drafted.scheduler().block_manager().num_total_device_blocks(), 50);
+  EXPECT_EQ(drafted.scheduler().block_manager().num_total_cpu_blocks(), 5);
+}
+
 class DraftSpeculativeSynthetic : public ::testing::Test {
  protected:
   // A random model with stories260K's vocabulary but another shape (its twin KV pool too).
