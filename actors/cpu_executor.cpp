@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "actors/sample_rows.h"
+#include "actors/step_copies.h"
 
 namespace pagedserve::actors {
 
@@ -56,16 +57,7 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
   StepOutput output;
   output.step_id = input.step_id;
   Clock::time_point start = Clock::now();
-  // Swap-out first: the blocks it frees may be the destinations of this step's swap-ins.
-  for (const cache::BlockCopy& copy : input.swap_out) {
-    device_cache_.copy_block_to(copy.src, cpu_cache_, copy.dst);
-  }
-  for (const cache::BlockCopy& copy : input.swap_in) {
-    cpu_cache_.copy_block_to(copy.src, device_cache_, copy.dst);
-  }
-  for (const cache::BlockCopy& copy : input.block_copies) {
-    device_cache_.copy_block(copy.src, copy.dst);
-  }
+  apply_step_copies(input, device_cache_, cpu_cache_);
   if (draft_) draft_->copy_blocks(input);
   output.times.copies_s = seconds_since(start);
 

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "actors/step_copies.h"
 #include "model/sampler.h"
 #include "model/sampling_distribution.h"
 
@@ -64,15 +65,7 @@ DraftProposer::DraftProposer(const model::LlamaCheckpoint& checkpoint, int block
                  model_.config().num_key_value_heads, model_.config().head_dim, kv_dtype) {}
 
 void DraftProposer::copy_blocks(const StepInput& input) {
-  for (const cache::BlockCopy& copy : input.swap_out) {
-    device_cache_.copy_block_to(copy.src, cpu_cache_, copy.dst);
-  }
-  for (const cache::BlockCopy& copy : input.swap_in) {
-    cpu_cache_.copy_block_to(copy.src, device_cache_, copy.dst);
-  }
-  for (const cache::BlockCopy& copy : input.block_copies) {
-    device_cache_.copy_block(copy.src, copy.dst);
-  }
+  apply_step_copies(input, device_cache_, cpu_cache_);
 }
 
 bool DraftProposer::propose(std::vector<ScheduledSequence>& seqs) {

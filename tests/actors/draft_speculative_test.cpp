@@ -257,24 +257,8 @@ TEST(DraftSpeculative, ActorEngineMatchesAndCountsProposals) {
   const EngineConfig plain = testing_util::stories_config();
   const std::vector<Request> requests = story_requests(48);
   const EngineRun baseline = run(plain, requests);
-  auto engine = Engine::start(with_draft(plain));
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (const Request& r : requests) {
-    GenerateRequest g;
-    g.prompt_token_ids = r.prompt;
-    g.sampling = r.params;
-    streams.push_back(engine->submit(std::move(g)));
-  }
-  for (size_t i = 0; i < streams.size(); ++i) {
-    Tokens tokens;
-    while (std::optional<TokenEvent> event = streams[i]->next()) {
-      tokens.insert(tokens.end(), event->token_ids.begin(), event->token_ids.end());
-    }
-    EXPECT_EQ(tokens, baseline.outputs[i].tokens()) << "request " << i;
-  }
-  const EngineStats stats = engine->stats();
+  const EngineStats stats = expect_actor_engine_outputs(with_draft(plain), requests, baseline);
   EXPECT_GT(stats.num_spec_accepted_tokens, stats.num_spec_proposed_tokens * 9 / 10);
-  engine->shutdown();
 }
 
 }  // namespace

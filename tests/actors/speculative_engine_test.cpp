@@ -364,26 +364,11 @@ TEST(SpeculativeEngine, ActorEngineMatchesAndCountsProposals) {
   const EngineConfig plain = testing_util::stories_config();
   const std::vector<Request> requests = story_requests(64);
   const EngineRun baseline = run(plain, requests);
-  auto engine = Engine::start(with_speculation(plain));
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (const Request& r : requests) {
-    GenerateRequest g;
-    g.prompt_token_ids = r.prompt;
-    g.sampling = r.params;
-    streams.push_back(engine->submit(std::move(g)));
-  }
-  for (size_t i = 0; i < streams.size(); ++i) {
-    Tokens tokens;
-    while (std::optional<TokenEvent> event = streams[i]->next()) {
-      tokens.insert(tokens.end(), event->token_ids.begin(), event->token_ids.end());
-    }
-    EXPECT_EQ(tokens, baseline.outputs[i].tokens()) << "request " << i;
-  }
-  const EngineStats stats = engine->stats();
+  const EngineStats stats =
+      expect_actor_engine_outputs(with_speculation(plain), requests, baseline);
   EXPECT_GT(stats.num_spec_rows, 0);
   EXPECT_GT(stats.num_spec_accepted_tokens, 0);
   EXPECT_LE(stats.num_spec_accepted_tokens, stats.num_spec_proposed_tokens);
-  engine->shutdown();
 }
 
 TEST(SpeculativeEngine, RefusesSettingsItCannotServe) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/engine.h"
 #include "actors/llm_engine.h"
 #include "tests/actors/engine_test_util.h"
 
@@ -101,6 +102,31 @@ inline std::vector<Request> story_requests(int max_tokens, int grounded_len = 10
   }
   requests.push_back({grounded_prompt(grounded_len), greedy(max_tokens)});
   return requests;
+}
+
+// Runs the requests through the actor Engine (threads, overlap) and expects each stream's
+// tokens to be `expected`'s; returns the engine's counters.
+inline EngineStats expect_actor_engine_outputs(const EngineConfig& config,
+                                               const std::vector<Request>& requests,
+                                               const EngineRun& expected) {
+  auto engine = Engine::start(config);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const Request& r : requests) {
+    GenerateRequest g;
+    g.prompt_token_ids = r.prompt;
+    g.sampling = r.params;
+    streams.push_back(engine->submit(std::move(g)));
+  }
+  for (size_t i = 0; i < streams.size(); ++i) {
+    Tokens tokens;
+    while (std::optional<TokenEvent> event = streams[i]->next()) {
+      tokens.insert(tokens.end(), event->token_ids.begin(), event->token_ids.end());
+    }
+    EXPECT_EQ(tokens, expected.outputs[i].tokens()) << "request " << i;
+  }
+  const EngineStats stats = engine->stats();
+  engine->shutdown();
+  return stats;
 }
 
 }  // namespace pagedserve::actors::spec_testing
