@@ -692,10 +692,10 @@ ScheduledSequence Scheduler::complete_seq(SequenceGroup& group, Sequence& seq,
     if (planned.num_proposed > 0 && seq.proposal.front() == kDraftProposalToken) {
       // What the draft model has not seen yet, before the last token (catching up after a
       // prompt, a recompute, steps without proposals, or a step that accepted everything).
-      const std::vector<int32_t> tokens = group.tokens(seq);
       scheduled.draft_num_computed_tokens = std::min(seq.draft_num_computed_tokens, start);
-      scheduled.draft_context_ids.assign(tokens.begin() + scheduled.draft_num_computed_tokens,
-                                         tokens.begin() + start);
+      for (int i = scheduled.draft_num_computed_tokens; i < start; ++i) {
+        scheduled.draft_context_ids.push_back(token_at(group, seq, i));
+      }
     }
   }
   scheduled.num_computed_tokens = seq.num_computed_tokens;

@@ -41,19 +41,27 @@ const char* kv_op_name(KvOpKind kind) {
   return "?";
 }
 
-KvMemoryOp KvMemoryOp::reserve(SeqId seq, const SeqReservation& reservation) {
+namespace {
+
+// An op on one sequence; the factories below add what their kind needs.
+KvMemoryOp seq_op(KvOpKind kind, SeqId seq) {
   KvMemoryOp op;
-  op.kind = KvOpKind::kReserve;
+  op.kind = kind;
   op.seq = seq;
+  return op;
+}
+
+}  // namespace
+
+KvMemoryOp KvMemoryOp::reserve(SeqId seq, const SeqReservation& reservation) {
+  KvMemoryOp op = seq_op(KvOpKind::kReserve, seq);
   op.reservation = reservation;
   return op;
 }
 
 KvMemoryOp KvMemoryOp::allocate(SeqId seq, std::vector<int32_t> tokens, int compute_tokens,
                                 int end_cap) {
-  KvMemoryOp op;
-  op.kind = KvOpKind::kAllocate;
-  op.seq = seq;
+  KvMemoryOp op = seq_op(KvOpKind::kAllocate, seq);
   op.tokens = std::move(tokens);
   op.compute_tokens = compute_tokens;
   op.end_cap = end_cap;
@@ -61,42 +69,26 @@ KvMemoryOp KvMemoryOp::allocate(SeqId seq, std::vector<int32_t> tokens, int comp
 }
 
 KvMemoryOp KvMemoryOp::append(SeqId seq, int32_t token) {
-  KvMemoryOp op;
-  op.kind = KvOpKind::kAppend;
-  op.seq = seq;
+  KvMemoryOp op = seq_op(KvOpKind::kAppend, seq);
   op.token = token;
   return op;
 }
 
-KvMemoryOp KvMemoryOp::append_pending(SeqId seq) {
-  KvMemoryOp op;
-  op.kind = KvOpKind::kAppendPending;
-  op.seq = seq;
-  return op;
-}
+KvMemoryOp KvMemoryOp::append_pending(SeqId seq) { return seq_op(KvOpKind::kAppendPending, seq); }
 
 KvMemoryOp KvMemoryOp::resolve_pending(SeqId seq, int32_t token) {
-  KvMemoryOp op;
-  op.kind = KvOpKind::kResolvePending;
-  op.seq = seq;
+  KvMemoryOp op = seq_op(KvOpKind::kResolvePending, seq);
   op.token = token;
   return op;
 }
 
 KvMemoryOp KvMemoryOp::fork(SeqId parent, SeqId child) {
-  KvMemoryOp op;
-  op.kind = KvOpKind::kFork;
-  op.seq = parent;
+  KvMemoryOp op = seq_op(KvOpKind::kFork, parent);
   op.child = child;
   return op;
 }
 
-KvMemoryOp KvMemoryOp::free(SeqId seq) {
-  KvMemoryOp op;
-  op.kind = KvOpKind::kFree;
-  op.seq = seq;
-  return op;
-}
+KvMemoryOp KvMemoryOp::free(SeqId seq) { return seq_op(KvOpKind::kFree, seq); }
 
 KvMemoryOp KvMemoryOp::release_group(uint64_t group) {
   KvMemoryOp op;
@@ -105,49 +97,30 @@ KvMemoryOp KvMemoryOp::release_group(uint64_t group) {
   return op;
 }
 
-KvMemoryOp KvMemoryOp::swap_out(SeqId seq) {
-  KvMemoryOp op;
-  op.kind = KvOpKind::kSwapOut;
-  op.seq = seq;
-  return op;
-}
+KvMemoryOp KvMemoryOp::swap_out(SeqId seq) { return seq_op(KvOpKind::kSwapOut, seq); }
 
-KvMemoryOp KvMemoryOp::swap_in(SeqId seq) {
-  KvMemoryOp op;
-  op.kind = KvOpKind::kSwapIn;
-  op.seq = seq;
-  return op;
-}
+KvMemoryOp KvMemoryOp::swap_in(SeqId seq) { return seq_op(KvOpKind::kSwapIn, seq); }
 
 KvMemoryOp KvMemoryOp::probe_prefix(uint64_t group, SeqId seq, std::vector<int32_t> tokens) {
-  KvMemoryOp op;
-  op.kind = KvOpKind::kProbePrefix;
+  KvMemoryOp op = seq_op(KvOpKind::kProbePrefix, seq);
   op.group = group;
-  op.seq = seq;
   op.tokens = std::move(tokens);
   return op;
 }
 
 KvMemoryOp KvMemoryOp::release_before_window(SeqId seq) {
-  KvMemoryOp op;
-  op.kind = KvOpKind::kReleaseBeforeWindow;
-  op.seq = seq;
-  return op;
+  return seq_op(KvOpKind::kReleaseBeforeWindow, seq);
 }
 
 KvMemoryOp KvMemoryOp::append_speculative(SeqId seq, int32_t token) {
-  KvMemoryOp op;
-  op.kind = KvOpKind::kAppendSpeculative;
-  op.seq = seq;
+  KvMemoryOp op = seq_op(KvOpKind::kAppendSpeculative, seq);
   op.token = token;
   return op;
 }
 
 KvMemoryOp KvMemoryOp::settle_speculative(SeqId seq, int num_accepted,
                                           std::vector<int32_t> accepted_tokens) {
-  KvMemoryOp op;
-  op.kind = KvOpKind::kSettleSpeculative;
-  op.seq = seq;
+  KvMemoryOp op = seq_op(KvOpKind::kSettleSpeculative, seq);
   op.num_accepted = num_accepted;
   op.tokens = std::move(accepted_tokens);
   return op;

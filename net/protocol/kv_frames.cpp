@@ -90,29 +90,6 @@ ordered_json occupied_json(const std::vector<cache::KvBlockView>& pool) {
   return list;
 }
 
-}  // namespace
-
-std::string ws_kv_snapshot_frame(const cache::KvMapSnapshot& map, const actors::EngineStats& stats,
-                                 const KvRequestLabels& labels, int64_t t_ms) {
-  ordered_json frame = frame_head("snapshot", map, t_ms);
-  frame["device"] = occupied_json(map.pool.device);
-  frame["cpu"] = occupied_json(map.pool.cpu);
-  add_tail(frame, map, stats, labels);
-  return dump_json(frame);
-}
-
-std::string ws_kv_delta_frame(const cache::KvMapSnapshot& map, const cache::KvSnapshotDelta& delta,
-                              const actors::EngineStats& stats, const KvRequestLabels& labels,
-                              int64_t t_ms) {
-  ordered_json frame = frame_head("delta", map, t_ms);
-  frame["device"] = changed_json(delta.device);
-  frame["cpu"] = changed_json(delta.cpu);
-  add_tail(frame, map, stats, labels);
-  return dump_json(frame);
-}
-
-namespace {
-
 KvPoolFrameCache::Part make_part(const std::shared_ptr<const cache::KvMapSnapshot>& sent,
                                  const cache::KvMapSnapshot& latest) {
   KvPoolFrameCache::Part part;

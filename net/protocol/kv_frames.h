@@ -33,12 +33,6 @@ namespace pagedserve::net {
 // the later prompts of a request with several).
 using KvRequestLabels = std::map<uint64_t, std::string>;
 
-std::string ws_kv_snapshot_frame(const cache::KvMapSnapshot& map, const actors::EngineStats& stats,
-                                 const KvRequestLabels& labels, int64_t t_ms);
-std::string ws_kv_delta_frame(const cache::KvMapSnapshot& map, const cache::KvSnapshotDelta& delta,
-                              const actors::EngineStats& stats, const KvRequestLabels& labels,
-                              int64_t t_ms);
-
 // The costly half of a kv frame, its pools ("device" and "cpu", as JSON text), depends only on
 // the snapshot a subscriber was last sent and the latest one; subscribers in step (the usual
 // case: they all read at the pace of the same 100 ms ticks) share it instead of each diffing
