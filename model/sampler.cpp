@@ -4,8 +4,9 @@
 // top-k, top-p and min-p, walk the cumulative distribution. Sorting a 32k-128k row costs
 // milliseconds, so the row is instead bucketed by its distance below the maximum in one
 // vectorised pass (kernels/cpu/sampling_rows.h), each bucket knowing its count and mass. The
-// walks over the sorted order then step over whole buckets and sort only the one or two
-// buckets where a cut or the draw lands: the same tokens as the full sort, for a few passes
+// walks over the sorted order then step over whole buckets, split a bucket where a cut or the
+// draw lands into finer sub-buckets (model/bucketed_row.h), step over those the same way, and
+// sort only the sub-bucket where it lands: the same tokens as the full sort, for a few passes
 // over the row. Probabilities of the elements walked one by one use std::exp exactly as the
 // sorted definition does; bucket masses differ from the element-by-element sums only in
 // rounding (~1e-16), so a draw can differ only when it lands that close to a boundary.
@@ -19,9 +20,17 @@
 #include <vector>
 
 #include "kernels/cpu/sampling_rows.h"
+#include "model/bucketed_row.h"
 
 namespace pagedserve::model {
 namespace {
+
+using sampling::BucketedRow;
+using sampling::by_logit_desc;
+using sampling::Candidate;
+using sampling::kNumBuckets;
+using sampling::kNumSubBuckets;
+using sampling::Masses;
 
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
@@ -29,20 +38,6 @@ uint64_t splitmix64(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
 }
-
-struct Candidate {
-  float logit;  // scaled by the temperature
-  int32_t id;
-};
-
-// A function object, so that std::sort inlines it (a function pointer costs a third of the
-// time of sorting an opened bucket).
-struct ByLogitDesc {
-  bool operator()(const Candidate& a, const Candidate& b) const {
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-  }
-};
-constexpr ByLogitDesc by_logit_desc;
 
 // The sorted definition on candidates already sorted by by_logit_desc (all of them kept by
 // top-k): softmax, top-p, min-p, renormalise, inverse CDF at u.
@@ -85,149 +80,8 @@ int32_t sample_sorted(std::span<const Candidate> candidates, const SamplingParam
   return candidates[probs.size() - 1].id;
 }
 
-// ---- the bucketed row ----
-
-constexpr int kNumBuckets = 256;
-// Scaled logits further than this below the maximum (e^-48 ~ 1e-21 of its probability) share
-// the last bucket; a narrower row spreads its whole range over the buckets.
-constexpr float kMaxBucketedGap = 48.0f;
-// Bucket masses are summed in another order than the element-by-element walk; a cut or a draw
-// within this of a bucket's edge opens the bucket instead of stepping over it.
-constexpr double kSlack = 1e-9;
-
-// Per-thread buffers: rows are sampled on the thread pool, one row at a time per thread.
-struct RowScratch {
-  std::vector<uint8_t> bucket;
-  std::vector<int32_t> ids;
-  std::vector<Candidate> candidates;
-  std::array<std::vector<Candidate>, kNumBuckets> sorted;  // the opened buckets
-  std::array<bool, kNumBuckets> opened{};
-};
-
-RowScratch& row_scratch() {
-  thread_local RowScratch scratch;
-  return scratch;
-}
-
-float buckets_per_unit(kernels::RowRange range, float temperature) {
-  const float spread = std::min((range.max - range.min) / temperature, kMaxBucketedGap);
-  return static_cast<float>(kNumBuckets - 1) / std::max(spread, 1e-3f);
-}
-
-enum class Masses {
-  kNone,    // counts only (top-k)
-  kSingle,  // float exps: fast, each decision checked against their error bound
-  kDouble,  // double exps: what the sorted definition computes, up to rounding
-};
-
-// One row's histogram at a temperature, and the sorted contents of the buckets opened so far.
-class BucketedRow {
- public:
-  BucketedRow(std::span<const float> logits, float temperature, kernels::RowRange range,
-              Masses masses)
-      : logits_(logits),
-        temperature_(temperature),
-        max_scaled_(range.max / temperature),
-        per_unit_(buckets_per_unit(range, temperature)),
-        scratch_(row_scratch()) {
-    // Sums of terms each within e of the exact ones: totals and every share normalised by
-    // them within 2e, a comparison of two shares within 4e. Terms past the bucketed range
-    // (gap > kMaxBucketedGap) are below e^-48 of the max's and move a share by < 1e-15 in all;
-    // the 1e-15 covers them. (Only the AVX-512 kernel has the single-precision path.)
-    if (masses == Masses::kSingle && kernels::best_isa() == kernels::Isa::kAvx512) {
-      const double max_gap = (kNumBuckets - 1) / static_cast<double>(per_unit_);
-      tolerance_ = 4.0 * kernels::single_precision_exp_error(max_gap);
-      tolerance_abs_ = 1e-15;
-    }
-    scratch_.bucket.resize(logits.size());
-    scratch_.opened.fill(false);
-    kernels::ExpHistogramParams p;
-    p.logits = logits.data();
-    p.n = static_cast<int64_t>(logits.size());
-    p.temperature = temperature;
-    p.max_scaled = max_scaled_;
-    p.buckets_per_unit = per_unit_;
-    p.num_buckets = kNumBuckets;
-    p.bucket = scratch_.bucket.data();
-    // With masses, a bucket is occupied when its mass is positive (a token with probability 0
-    // is never drawn), so the counts are skipped: they cost the histogram a store per element.
-    p.bucket_count = masses == Masses::kNone ? count_.data() : nullptr;
-    p.bucket_mass = masses == Masses::kNone ? nullptr : mass_.data();
-    p.single_precision = masses == Masses::kSingle;
-    has_mass_ = masses != Masses::kNone;
-    total_ = kernels::exp_histogram(p);
-  }
-
-  // a < b for two shares of the row. With approximate masses, a comparison closer than their
-  // error could go the other way exactly: the row is then marked undecided (and redone).
-  bool less(double a, double b) {
-    if (std::fabs(a - b) <= tolerance_ * std::max(std::fabs(a), std::fabs(b)) + tolerance_abs_) {
-      undecided_ = true;
-    }
-    return a < b;
-  }
-  // What a step over a whole bucket must clear (shares are at most ~1).
-  double slack() const { return kSlack + tolerance_ + tolerance_abs_; }
-  void mark_undecided() { undecided_ = undecided_ || tolerance_ > 0.0; }
-  bool undecided() const { return undecided_; }
-
-  double total() const { return total_; }           // sum of exp(scaled - max_scaled)
-  int32_t count(int b) const { return count_[b]; }  // counts-only rows (top-k)
-  // Whether bucket b holds a token that can be drawn (masses) or any token (counts only).
-  bool occupied(int b) const { return has_mass_ ? mass_[b] > 0.0 : count_[b] > 0; }
-  double prob(int b) const { return mass_[b] / total_; }  // the bucket's share
-  double prob(const Candidate& c) const {
-    return std::exp(static_cast<double>(c.logit) - static_cast<double>(max_scaled_)) / total_;
-  }
-  // Every element of bucket b is at least this fraction of the maximum's probability (the
-  // 1e-5 covers the float rounding of the gap); nothing is promised for the last bucket.
-  double min_ratio(int b) const {
-    if (b == kNumBuckets - 1) return 0.0;
-    return std::exp(-static_cast<double>(b + 1) / per_unit_) * (1.0 - 1e-5);
-  }
-
-  // Every candidate in buckets [lo, hi], unsorted, in scratch().candidates.
-  std::vector<Candidate>& gather(int lo, int hi) {
-    scratch_.ids.resize(logits_.size());
-    const int64_t n = kernels::collect_buckets(
-        scratch_.bucket.data(), static_cast<int64_t>(logits_.size()), lo, hi, scratch_.ids.data());
-    std::vector<Candidate>& out = scratch_.candidates;
-    out.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      const int32_t id = scratch_.ids[static_cast<size_t>(i)];
-      out[static_cast<size_t>(i)] = {logits_[static_cast<size_t>(id)] / temperature_, id};
-    }
-    return out;
-  }
-
-  // Bucket b's candidates in the sorted order (sorted once per row).
-  const std::vector<Candidate>& open(int b) {
-    if (!scratch_.opened[b]) {
-      std::vector<Candidate>& sorted = scratch_.sorted[b];
-      sorted = gather(b, b);
-      std::sort(sorted.begin(), sorted.end(), by_logit_desc);
-      scratch_.opened[b] = true;
-    }
-    return scratch_.sorted[b];
-  }
-
- private:
-  std::span<const float> logits_;
-  float temperature_;
-  float max_scaled_;
-  float per_unit_;
-  RowScratch& scratch_;
-  bool has_mass_ = false;
-  double tolerance_ = 0.0;      // relative error of compared shares (0: exact up to rounding)
-  double tolerance_abs_ = 0.0;  // and absolute
-  bool undecided_ = false;
-  std::array<int32_t, kNumBuckets> count_{};
-  std::array<double, kNumBuckets> mass_{};
-  double total_ = 0.0;
-};
-
 // Where top-p and min-p cut the sorted row: everything in the buckets before `bucket` and the
-// first `in_bucket` of that bucket's sorted candidates (bucket == kNumBuckets: nothing cut).
+// first `in_bucket` positions of that opened bucket (bucket == kNumBuckets: nothing cut).
 struct Cut {
   int bucket = kNumBuckets;
   size_t in_bucket = 0;
@@ -240,20 +94,32 @@ Cut find_cut(BucketedRow& row, const SamplingParams& params) {
   // The sorted definition's threshold: min_p times the top probability, exp(0) / total.
   const double min_p_threshold = params.min_p * (1.0 / row.total());
   double cumulative = 0.0;
+  // Whether a bucket or sub-bucket lies wholly before the cut: top-p still short of its
+  // target by more than the slack after it, and every element in it clear of min-p.
+  auto whole = [&](double prob, double min_ratio) {
+    return (!top_p || cumulative + prob < params.top_p - row.slack()) &&
+           (!min_p || min_ratio > params.min_p);
+  };
   for (int b = 0; b < kNumBuckets; ++b) {
     if (!row.occupied(b)) continue;
-    const bool whole_for_top_p = !top_p || cumulative + row.prob(b) < params.top_p - row.slack();
-    const bool whole_for_min_p = !min_p || row.min_ratio(b) > params.min_p;
-    if (whole_for_top_p && whole_for_min_p) {
+    if (whole(row.prob(b), row.min_ratio(b))) {
       cumulative += row.prob(b);
       continue;
     }
-    const std::vector<Candidate>& sorted = row.open(b);
-    for (size_t j = 0; j < sorted.size(); ++j) {
-      const double p = row.prob(sorted[j]);
-      if (min_p && row.less(p, min_p_threshold)) return {b, j, cumulative};
-      cumulative += p;
-      if (top_p && !row.less(cumulative, params.top_p)) return {b, j + 1, cumulative};
+    for (int s = 0; s < kNumSubBuckets; ++s) {
+      if (row.sub_begin(b, s) == row.sub_end(b, s)) continue;
+      if (whole(row.sub_prob(b, s), row.sub_min_ratio(b, s))) {
+        cumulative += row.sub_prob(b, s);
+        continue;
+      }
+      const size_t first = row.sub_begin(b, s);
+      const std::span<const Candidate> sorted = row.sub_sorted(b, s);
+      for (size_t j = 0; j < sorted.size(); ++j) {
+        const double p = row.prob(sorted[j]);
+        if (min_p && row.less(p, min_p_threshold)) return {b, first + j, cumulative};
+        cumulative += p;
+        if (top_p && !row.less(cumulative, params.top_p)) return {b, first + j + 1, cumulative};
+      }
     }
   }
   return {kNumBuckets, 0, cumulative};
@@ -263,30 +129,42 @@ Cut find_cut(BucketedRow& row, const SamplingParams& params) {
 // past the kept mass).
 int32_t last_kept(BucketedRow& row, const Cut& cut) {
   if (cut.bucket < kNumBuckets && cut.in_bucket > 0)
-    return row.open(cut.bucket)[cut.in_bucket - 1].id;
+    return row.at(cut.bucket, cut.in_bucket - 1).id;
   for (int b = std::min(cut.bucket, kNumBuckets) - 1; b >= 0; --b) {
-    if (row.occupied(b)) return row.open(b).back().id;
+    if (row.occupied(b)) return row.at(b, row.size(b) - 1).id;
   }
   for (int b = 0; b < kNumBuckets; ++b) {  // an empty cut keeps the top token, as max(n, 1)
-    if (row.occupied(b)) return row.open(b).front().id;
+    if (row.occupied(b)) return row.at(b, 0).id;
   }
   return 0;
 }
 
 int32_t walk_to(BucketedRow& row, const Cut& cut, double target) {
   double cumulative = 0.0;
+  // Whether a bucket or sub-bucket's mass ends short of the target by more than the slack.
+  auto whole = [&](double prob) { return cumulative + prob < target - row.slack(); };
   for (int b = 0; b <= std::min(cut.bucket, kNumBuckets - 1); ++b) {
     if (!row.occupied(b)) continue;
     const bool cut_here = b == cut.bucket;
-    if (!cut_here && cumulative + row.prob(b) < target - row.slack()) {
+    if (!cut_here && whole(row.prob(b))) {
       cumulative += row.prob(b);
       continue;
     }
-    const std::vector<Candidate>& sorted = row.open(b);
-    const size_t end = cut_here ? cut.in_bucket : sorted.size();
-    for (size_t j = 0; j < end; ++j) {
-      cumulative += row.prob(sorted[j]);
-      if (row.less(target, cumulative)) return sorted[j].id;
+    // Positions [0, end) of the bucket are kept; sub-buckets wholly inside that are stepped
+    // over like buckets, the one the cut splits is walked up to it.
+    const size_t end = cut_here ? cut.in_bucket : row.size(b);
+    for (int s = 0; s < kNumSubBuckets && row.sub_begin(b, s) < end; ++s) {
+      const size_t first = row.sub_begin(b, s);
+      if (first == row.sub_end(b, s)) continue;
+      if (row.sub_end(b, s) <= end && whole(row.sub_prob(b, s))) {
+        cumulative += row.sub_prob(b, s);
+        continue;
+      }
+      const std::span<const Candidate> sorted = row.sub_sorted(b, s);
+      for (size_t j = 0; j < std::min(sorted.size(), end - first); ++j) {
+        cumulative += row.prob(sorted[j]);
+        if (row.less(target, cumulative)) return sorted[j].id;
+      }
     }
   }
   row.mark_undecided();  // the draw fell past the kept mass: only rounding does that
