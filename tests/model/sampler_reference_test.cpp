@@ -142,6 +142,50 @@ TEST(SamplerReference, DrawsNearTheTopOfTheRangeStillMatch) {
   EXPECT_EQ(found, 5);
 }
 
+TEST(SamplerReference, TiesAndDegenerateBucketsMatchTheFullSort) {
+  // Rows whose opened buckets split into sub-buckets in awkward ways: a finely quantised flat
+  // row (ties in every bucket, some at sub-bucket edges), a row half of which is one tied
+  // logit (a bucket that is one sub-bucket), a nearly constant row (the narrowest spread), and
+  // a peaked row over a tail whose exps underflow to 0 (sub-buckets of mass zero).
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<float>> rows(4, std::vector<float>(32000));
+  for (size_t i = 0; i < 32000; ++i) {
+    const float z = normal(rng);
+    rows[0][i] = std::round(0.4f * z * 4096.0f) / 4096.0f;
+    rows[1][i] = i % 2 == 0 ? 0.25f : 0.4f * z;
+    rows[2][i] = i % 3 == 0 ? 1.0f : 1.0f - 1e-6f * static_cast<float>(i % 5);
+    rows[3][i] = i % 7 == 0 ? -1000.0f : 2.0f * z - 10.0f;
+  }
+  rows[3][17] = 8.0f;
+  rows[3][99] = -std::numeric_limits<float>::infinity();
+  const Filters filters[] = {{0, 1.0f, 0.0f},  {0, 0.9f, 0.0f},  {0, 0.3f, 0.0f},
+                             {0, 1.0f, 0.05f}, {0, 1.0f, 0.9f},  {0, 0.95f, 0.1f},
+                             {40, 1.0f, 0.0f}, {40, 0.9f, 0.05f}};
+  // Uniforms spread over [0, 1) and a few in its last 1e-3 (the walk reaches the tail).
+  std::vector<uint64_t> seeds;
+  for (uint64_t seed = 0; seeds.size() < 8; ++seed) seeds.push_back(rng());
+  for (uint64_t seed = 0; seeds.size() < 11; ++seed) {
+    if (uniform_from_counter(seed, 0) >= 0.999) seeds.push_back(seed);
+  }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (float temperature : {0.5f, 1.0f}) {
+      for (const Filters& f : filters) {
+        SamplingParams p;
+        p.temperature = temperature;
+        p.top_k = f.top_k;
+        p.top_p = f.top_p;
+        p.min_p = f.min_p;
+        for (uint64_t seed : seeds) {
+          ASSERT_EQ(sample_token(rows[r], p, seed, 0), reference_sample(rows[r], p, seed, 0))
+              << "row " << r << " T " << temperature << " top_k " << f.top_k << " top_p " << f.top_p
+              << " min_p " << f.min_p << " seed " << seed;
+        }
+      }
+    }
+  }
+}
+
 TEST(SamplerReference, TheReturnedLogprobIsTheRawLogSoftmax) {
   std::mt19937 rng(5);
   for (Shape shape : {Shape::kFlat, Shape::kPeaked}) {
