@@ -54,13 +54,19 @@ BucketedRow::BucketedRow(std::span<const float> logits, float temperature, kerne
       max_scaled_(range.max / temperature),
       per_unit_(buckets_per_unit(range, temperature)),
       scratch_(row_scratch()) {
-  // Sums of terms each within e of the exact ones: totals and every share normalised by
-  // them within 2e, a comparison of two shares within 4e. Terms past the bucketed range
-  // (gap > kMaxBucketedGap) are below e^-48 of the max's and move a share by < 1e-15 in all;
-  // the 1e-15 covers them. (Only the AVX-512 kernel has the single-precision path.)
+  // Float masses: sums of terms each within e of the exact ones, so the total and every
+  // cumulative sum of bucket masses within e of theirs (to first order; the bound's 3 ulp for
+  // the exp, 1.32 measured, covers the second-order terms and the double roundings). Every
+  // comparison the walks make is of two shares over the same total, whose error then cancels:
+  // a draw's target against a cumulative share (two numerators within e: the comparison within
+  // e of each, 2e of the larger), a cumulative share against top-p (numerator and total: 2e).
+  // Min-p compares an element's exact exp with min_p * exp(0) over that total: exact, as in
+  // double (find_cut). Terms past the bucketed range (gap > kMaxBucketedGap) are below e^-48
+  // of the max's and move a share by < 1e-15 in all; the 1e-15 covers them. (Only the AVX-512
+  // kernel has the single-precision path.)
   if (masses == Masses::kSingle && kernels::best_isa() == kernels::Isa::kAvx512) {
     const double max_gap = (kNumBuckets - 1) / static_cast<double>(per_unit_);
-    tolerance_ = 4.0 * kernels::single_precision_exp_error(max_gap);
+    tolerance_ = 2.0 * kernels::single_precision_exp_error(max_gap);
     tolerance_abs_ = 1e-15;
   }
   scratch_.bucket.resize(logits.size());

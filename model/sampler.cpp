@@ -116,7 +116,9 @@ Cut find_cut(BucketedRow& row, const SamplingParams& params) {
       const std::span<const Candidate> sorted = row.sub_sorted(b, s);
       for (size_t j = 0; j < sorted.size(); ++j) {
         const double p = row.prob(sorted[j]);
-        if (min_p && row.less(p, min_p_threshold)) return {b, first + j, cumulative};
+        // Both sides over the same total, p from std::exp as the definition has it: decided
+        // whatever the masses' precision (no row.less).
+        if (min_p && p < min_p_threshold) return {b, first + j, cumulative};
         cumulative += p;
         if (top_p && !row.less(cumulative, params.top_p)) return {b, first + j + 1, cumulative};
       }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace pagedserve::model::sampling {
@@ -81,6 +82,39 @@ TEST(BucketedRow, SortedSubBucketsAreTheSortedBucketWithExactMasses) {
       EXPECT_EQ(seen, logits.size());
     }
   }
+}
+
+TEST(BucketedRow, FloatMassPrefixesAreWithinTheirBound) {
+  // The premise of the single-precision tolerance (BucketedRow's constructor): every sum of
+  // float bucket masses, each prefix the walks step over and the total, is within
+  // e = single_precision_exp_error(spread) of the double one, relative.
+  std::mt19937 rng(12);
+  double worst = 0.0;
+  for (int kind = 0; kind < 4; ++kind) {
+    const std::vector<float> logits = row_of(128256, kind, rng);
+    const kernels::RowRange range = kernels::row_min_max(logits.data(), 128256);
+    for (float temperature : {0.3f, 1.0f}) {
+      BucketedRow single(logits, temperature, range, Masses::kSingle);
+      const double spread = std::min((range.max - range.min) / temperature, 48.0f);
+      const double e = kernels::single_precision_exp_error(spread);
+      std::vector<double> single_prefix;
+      double sum = 0.0;
+      for (int b = 0; b < kNumBuckets; ++b) single_prefix.push_back(sum += single.prob(b));
+      const double single_total = single.total();
+      BucketedRow exact(logits, temperature, range, Masses::kDouble);
+      EXPECT_LE(std::fabs(single_total - exact.total()), e * exact.total());
+      sum = 0.0;
+      for (int b = 0; b < kNumBuckets; ++b) {
+        sum += exact.prob(b);
+        // Numerators: the shares times their totals.
+        const double want = sum * exact.total();
+        const double got = single_prefix[b] * single_total;
+        EXPECT_LE(std::fabs(got - want), e * want + 1e-15 * exact.total()) << "bucket " << b;
+        if (want > 0.0) worst = std::max(worst, std::fabs(got - want) / (e * want));
+      }
+    }
+  }
+  RecordProperty("worst_error_over_bound", std::to_string(worst));
 }
 
 TEST(BucketedRow, ATiedBucketIsOneSubBucketSortedById) {

@@ -186,6 +186,72 @@ TEST(SamplerReference, TiesAndDegenerateBucketsMatchTheFullSort) {
   }
 }
 
+// The same definition, sorted and cut once for many draws from one (row, params): the
+// cumulative sums are the sequential ones reference_sample makes, a draw a search in them.
+class SortedReference {
+ public:
+  SortedReference(const std::vector<float>& logits, const SamplingParams& p) {
+    const int vocab = static_cast<int>(logits.size());
+    for (int i = 0; i < vocab; ++i) c_.push_back({logits[i] / p.temperature, i});
+    std::sort(c_.begin(), c_.end(), [](const auto& a, const auto& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    });
+    std::vector<double> probs(c_.size());
+    double total = 0.0;
+    for (size_t i = 0; i < c_.size(); ++i) {
+      probs[i] = std::exp(static_cast<double>(c_[i].first) - c_[0].first);
+      total += probs[i];
+    }
+    for (double& q : probs) q /= total;
+    size_t n = probs.size();
+    if (p.top_p < 1.0f) {
+      double cum = 0.0;
+      for (n = 0; n < probs.size();) {
+        cum += probs[n++];
+        if (cum >= p.top_p) break;
+      }
+    }
+    if (p.min_p > 0.0f) {
+      size_t m = 0;
+      while (m < n && probs[m] >= p.min_p * probs[0]) ++m;
+      n = std::max<size_t>(m, 1);
+    }
+    mass_ = std::accumulate(probs.begin(), probs.begin() + n, 0.0);
+    double cum = 0.0;
+    for (size_t i = 0; i < n; ++i) cum_.push_back(cum += probs[i]);
+  }
+  int32_t draw(double u) const {
+    const auto it = std::upper_bound(cum_.begin(), cum_.end(), u * mass_);
+    return c_[std::min<size_t>(it - cum_.begin(), cum_.size() - 1)].second;
+  }
+
+ private:
+  std::vector<std::pair<float, int32_t>> c_;
+  std::vector<double> cum_;
+  double mass_ = 0.0;
+};
+
+TEST(SamplerReference, ManyDrawsFromFlatRowsMatch) {
+  // Flat 128k rows are where float masses most often leave a draw or a cut undecided (tokens
+  // of ~1e-5 each, within the masses' error of a boundary): many draws on one row each.
+  std::mt19937 rng(77);
+  for (Shape shape : {Shape::kFlat, Shape::kGaussian}) {
+    const std::vector<float> logits = make_row(128256, shape, rng);
+    for (const Filters& f : {Filters{0, 1.0f, 0.0f}, Filters{0, 0.9f, 0.0f},
+                             Filters{0, 1.0f, 0.05f}, Filters{0, 0.6f, 0.3f}}) {
+      SamplingParams p;
+      p.top_p = f.top_p;
+      p.min_p = f.min_p;
+      const SortedReference reference(logits, p);
+      for (uint64_t step = 0; step < 400; ++step) {
+        ASSERT_EQ(sample_token(logits, p, 3, step), reference.draw(uniform_from_counter(3, step)))
+            << "shape " << static_cast<int>(shape) << " top_p " << f.top_p << " min_p " << f.min_p
+            << " step " << step;
+      }
+    }
+  }
+}
+
 TEST(SamplerReference, TheReturnedLogprobIsTheRawLogSoftmax) {
   std::mt19937 rng(5);
   for (Shape shape : {Shape::kFlat, Shape::kPeaked}) {
