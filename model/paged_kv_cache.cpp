@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 
 namespace pagedserve::model {
 
@@ -17,11 +18,10 @@ PagedKvCache::PagedKvCache(int num_layers, int num_blocks, int block_size, int n
       elements_per_block_(static_cast<size_t>(num_kv_heads) * block_size * head_dim) {
   const size_t bytes_per_layer =
       elements_per_block_ * kernels::kv_dtype_size(dtype) * static_cast<size_t>(num_blocks);
-  // One buffer per layer, each allocated (and advised) before it is zeroed. All-zero bytes are
-  // 0.0 in every dtype.
+  // One zeroed buffer per layer; all-zero bytes are 0.0 in every dtype.
   for (int l = 0; l < num_layers; ++l) {
-    keys_.emplace_back(bytes_per_layer, std::byte{0});
-    values_.emplace_back(bytes_per_layer, std::byte{0});
+    keys_.emplace_back(bytes_per_layer);
+    values_.emplace_back(bytes_per_layer);
   }
 }
 
@@ -44,8 +44,8 @@ void PagedKvCache::copy_block_to(int32_t src, PagedKvCache& other, int32_t dst) 
   assert(other.dtype_ == dtype_);
   const size_t n = elements_per_block_ * kernels::kv_dtype_size(dtype_);  // bytes
   for (int l = 0; l < num_layers_; ++l) {
-    std::copy_n(keys_[l].begin() + src * n, n, other.keys_[l].begin() + dst * n);
-    std::copy_n(values_[l].begin() + src * n, n, other.values_[l].begin() + dst * n);
+    std::memcpy(other.keys_[l].data() + dst * n, keys_[l].data() + src * n, n);
+    std::memcpy(other.values_[l].data() + dst * n, values_[l].data() + src * n, n);
   }
 }
 

@@ -48,9 +48,9 @@ class PagedKvCache {
   size_t elements_per_block_;
   // Huge pages where available: attention walks scattered blocks of these every step. Raw
   // bytes, 2 MiB aligned (so every element type is aligned).
-  using LayerBuffer = std::vector<std::byte, kernels::HugePageAllocator<std::byte>>;
-  std::vector<LayerBuffer> keys_;    // per layer: [num_blocks, num_kv_heads, block_size, head_dim]
-  std::vector<LayerBuffer> values_;  // same layout as keys_
+  std::vector<kernels::HugePageBuffer>
+      keys_;  // per layer: [num_blocks, num_kv_heads, block_size, head_dim]
+  std::vector<kernels::HugePageBuffer> values_;  // same layout as keys_
 };
 
 }  // namespace pagedserve::model

@@ -55,5 +55,28 @@ TEST(HugePageAllocator, VectorsOfAnySizeWork) {
   }
 }
 
+TEST(HugePageBuffer, ZeroedAlignedMovableAndFreedOnce) {
+  for (std::size_t bytes : {std::size_t{1}, std::size_t{4096}, kHugePageMinBytes + 3}) {
+    HugePageBuffer buffer(bytes);
+    ASSERT_NE(buffer.data(), nullptr);
+    EXPECT_EQ(buffer.size(), bytes);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(buffer.data()) % alignof(std::max_align_t), 0u);
+    if (bytes >= kHugePageMinBytes) {
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(buffer.data()) % kHugePageBytes, 0u);
+    }
+    for (std::size_t i = 0; i < bytes; ++i) ASSERT_EQ(buffer.data()[i], std::byte{0}) << i;
+    buffer.data()[bytes - 1] = std::byte{7};
+    // Moves hand the memory over; the moved-from buffer frees nothing (ASan: no double free).
+    HugePageBuffer moved(std::move(buffer));
+    EXPECT_EQ(buffer.data(), nullptr);
+    EXPECT_EQ(buffer.size(), 0u);
+    EXPECT_EQ(moved.data()[bytes - 1], std::byte{7});
+    HugePageBuffer assigned(16);
+    assigned = std::move(moved);
+    EXPECT_EQ(assigned.size(), bytes);
+    EXPECT_EQ(assigned.data()[bytes - 1], std::byte{7});
+  }
+}
+
 }  // namespace
 }  // namespace pagedserve::kernels
