@@ -210,19 +210,20 @@ TEST(BenchSoak, ShortSoakOnStories260KPassesEveryCheck) {
   if (!std::filesystem::exists(PAGEDSERVE_BINARY) || !std::filesystem::exists(trace)) {
     GTEST_SKIP() << "pagedserve or the Azure trace is missing";
   }
-#if defined(__SANITIZE_ADDRESS__) && !defined(__OPTIMIZE__)
-  // Open bug (docs/RELIABILITY.md, "Chaos soak"): in the Debug ASan/UBSan build every bench
-  // soak stops with UBSan reporting play_stream's socket at a garbage address on close
-  // (tools/loadgen/chaos_client.cpp), at -O1 and -O2 alike; the one-kind tests above pass
-  // there, and the release-mode soak (scripts/soak, CI's 60 s run) passes.
-  GTEST_SKIP() << "bench soak under Debug ASan/UBSan: open chaos-client bug";
+  // Under AddressSanitizer freed memory sits in its quarantine (256 MiB by default) before
+  // reuse, so resident memory grows by that much whatever the server does; leaks are
+  // LeakSanitizer's to find there (the server's exit status, checked by the drain).
+#if defined(__SANITIZE_ADDRESS__)
+  const std::string rss_limit = " --rss-growth-limit-mib 1024";
+#else
+  const std::string rss_limit;
 #endif
   const std::string base =
       std::filesystem::temp_directory_path() / ("bench_soak_" + std::to_string(getpid()));
-  const std::string command = std::string(PAGEDSERVE_BINARY) + " bench soak --quiet --model " +
-                              model.string() + " --trace " + trace.string() +
-                              " --seconds 8 --rate 20 --idle-timeout 1 --result-json " + base +
-                              ".json --server-log " + base + ".log > " + base + ".out";
+  const std::string command =
+      std::string(PAGEDSERVE_BINARY) + " bench soak --quiet --model " + model.string() +
+      " --trace " + trace.string() + " --seconds 8 --rate 20 --idle-timeout 1" + rss_limit +
+      " --result-json " + base + ".json --server-log " + base + ".log > " + base + ".out";
   const int status = std::system(command.c_str());
   std::ifstream in(base + ".json");
   const nlohmann::json report = nlohmann::json::parse(in, nullptr, false);
