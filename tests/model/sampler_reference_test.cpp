@@ -18,43 +18,56 @@
 namespace pagedserve::model {
 namespace {
 
+// The sorted definition, written out independently of model/sampler.cpp: sort the whole row,
+// keep the top k, softmax, cut by top-p and min-p, then invert the sequential cumulative sums
+// at u times the kept mass. Sorted and cut once, so one row serves many draws.
+class SortedReference {
+ public:
+  SortedReference(const std::vector<float>& logits, const SamplingParams& p) {
+    const int vocab = static_cast<int>(logits.size());
+    for (int i = 0; i < vocab; ++i) c_.push_back({logits[i] / p.temperature, i});
+    std::sort(c_.begin(), c_.end(), [](const auto& a, const auto& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    });
+    if (p.top_k > 0 && p.top_k < vocab) c_.resize(static_cast<size_t>(p.top_k));
+    std::vector<double> probs(c_.size());
+    double total = 0.0;
+    for (size_t i = 0; i < c_.size(); ++i) {
+      probs[i] = std::exp(static_cast<double>(c_[i].first) - c_[0].first);
+      total += probs[i];
+    }
+    for (double& q : probs) q /= total;
+    size_t n = probs.size();
+    if (p.top_p < 1.0f) {
+      double cum = 0.0;
+      for (n = 0; n < probs.size();) {
+        cum += probs[n++];
+        if (cum >= p.top_p) break;
+      }
+    }
+    if (p.min_p > 0.0f) {
+      size_t m = 0;
+      while (m < n && probs[m] >= p.min_p * probs[0]) ++m;
+      n = std::max<size_t>(m, 1);
+    }
+    mass_ = std::accumulate(probs.begin(), probs.begin() + n, 0.0);
+    double cum = 0.0;
+    for (size_t i = 0; i < n; ++i) cum_.push_back(cum += probs[i]);
+  }
+  int32_t draw(double u) const {
+    const auto it = std::upper_bound(cum_.begin(), cum_.end(), u * mass_);
+    return c_[std::min<size_t>(it - cum_.begin(), cum_.size() - 1)].second;
+  }
+
+ private:
+  std::vector<std::pair<float, int32_t>> c_;
+  std::vector<double> cum_;
+  double mass_ = 0.0;
+};
+
 int32_t reference_sample(const std::vector<float>& logits, const SamplingParams& p, uint64_t seed,
                          uint64_t step) {
-  const int vocab = static_cast<int>(logits.size());
-  std::vector<std::pair<float, int32_t>> c(static_cast<size_t>(vocab));
-  for (int i = 0; i < vocab; ++i) c[i] = {logits[i] / p.temperature, i};
-  std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  });
-  if (p.top_k > 0 && p.top_k < vocab) c.resize(static_cast<size_t>(p.top_k));
-  std::vector<double> probs(c.size());
-  double total = 0.0;
-  for (size_t i = 0; i < c.size(); ++i) {
-    probs[i] = std::exp(static_cast<double>(c[i].first) - c[0].first);
-    total += probs[i];
-  }
-  for (double& q : probs) q /= total;
-  size_t n = probs.size();
-  if (p.top_p < 1.0f) {
-    double cum = 0.0;
-    for (n = 0; n < probs.size();) {
-      cum += probs[n++];
-      if (cum >= p.top_p) break;
-    }
-  }
-  if (p.min_p > 0.0f) {
-    size_t m = 0;
-    while (m < n && probs[m] >= p.min_p * probs[0]) ++m;
-    n = std::max<size_t>(m, 1);
-  }
-  const double mass = std::accumulate(probs.begin(), probs.begin() + n, 0.0);
-  const double target = uniform_from_counter(seed, step) * mass;
-  double cum = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    cum += probs[i];
-    if (target < cum) return c[i].second;
-  }
-  return c[n - 1].second;
+  return SortedReference(logits, p).draw(uniform_from_counter(seed, step));
 }
 
 enum class Shape { kFlat, kGaussian, kPeaked };
@@ -185,51 +198,6 @@ TEST(SamplerReference, TiesAndDegenerateBucketsMatchTheFullSort) {
     }
   }
 }
-
-// The same definition, sorted and cut once for many draws from one (row, params): the
-// cumulative sums are the sequential ones reference_sample makes, a draw a search in them.
-class SortedReference {
- public:
-  SortedReference(const std::vector<float>& logits, const SamplingParams& p) {
-    const int vocab = static_cast<int>(logits.size());
-    for (int i = 0; i < vocab; ++i) c_.push_back({logits[i] / p.temperature, i});
-    std::sort(c_.begin(), c_.end(), [](const auto& a, const auto& b) {
-      return a.first > b.first || (a.first == b.first && a.second < b.second);
-    });
-    std::vector<double> probs(c_.size());
-    double total = 0.0;
-    for (size_t i = 0; i < c_.size(); ++i) {
-      probs[i] = std::exp(static_cast<double>(c_[i].first) - c_[0].first);
-      total += probs[i];
-    }
-    for (double& q : probs) q /= total;
-    size_t n = probs.size();
-    if (p.top_p < 1.0f) {
-      double cum = 0.0;
-      for (n = 0; n < probs.size();) {
-        cum += probs[n++];
-        if (cum >= p.top_p) break;
-      }
-    }
-    if (p.min_p > 0.0f) {
-      size_t m = 0;
-      while (m < n && probs[m] >= p.min_p * probs[0]) ++m;
-      n = std::max<size_t>(m, 1);
-    }
-    mass_ = std::accumulate(probs.begin(), probs.begin() + n, 0.0);
-    double cum = 0.0;
-    for (size_t i = 0; i < n; ++i) cum_.push_back(cum += probs[i]);
-  }
-  int32_t draw(double u) const {
-    const auto it = std::upper_bound(cum_.begin(), cum_.end(), u * mass_);
-    return c_[std::min<size_t>(it - cum_.begin(), cum_.size() - 1)].second;
-  }
-
- private:
-  std::vector<std::pair<float, int32_t>> c_;
-  std::vector<double> cum_;
-  double mass_ = 0.0;
-};
 
 TEST(SamplerReference, ManyDrawsFromFlatRowsMatch) {
   // Flat 128k rows are where float masses most often leave a draw or a cut undecided (tokens
