@@ -38,6 +38,10 @@ std::string SpeculativeConfig::validate() const {
     return "ngram_max must be in [ngram_min, 64], got " + std::to_string(ngram_max);
   }
   if (max_batch_seqs < 0) return "speculative max batch must be >= 0";
+  if (!(min_accepted_per_seq >= 0.0 && min_accepted_per_seq <= 64.0)) {
+    return "speculative min accepted must be in [0, 64], got " +
+           std::to_string(min_accepted_per_seq);
+  }
   if (method == SpeculativeMethod::kDraft && draft_model.empty()) {
     return "draft needs a draft model (--draft-model DIR|FILE.gguf)";
   }

@@ -29,8 +29,22 @@ struct SpeculativeConfig {
   // the weights, not by compute; docs/speculative-decoding.md has the measurements).
   // --speculative-max-batch; 0 = no limit.
   int max_batch_seqs = 4;
+  // The policy's second half, per sequence, n-gram proposals only: a sequence whose proposals
+  // have been accepted less than min_accepted_per_seq x (sequences running - 1/2) tokens per
+  // verifying step (a moving average, half weight to the newest) stops proposing, and tries
+  // again after kSpeculativeProbeInterval steps, then after longer waits while its tries fail.
+  // A verifying row costs more as the batch grows (a 5-token row is ~1.2x a 1-token one
+  // alone, ~1.5x at batch 2, ~2.5x at batch 4 on the CPU), so the acceptance that pays grows
+  // with it. --speculative-min-accepted; 0 = never held back.
+  double min_accepted_per_seq = 0.5;
   // --draft-model: the draft's Hugging Face folder or GGUF file (kDraft only).
   std::string draft_model;
+
+  // A sequence held back by min_accepted_per_seq tries again after this many steps, then after
+  // twice as many for each try that fails, up to kSpeculativeMaxProbeInterval (and up to
+  // 16 x sequences^2: tries cost the whole batch).
+  static constexpr int kSpeculativeProbeInterval = 16;
+  static constexpr int kSpeculativeMaxProbeInterval = 256;
 
   bool enabled() const { return method != SpeculativeMethod::kNone; }
   // Empty when valid, else a message naming the bad field.

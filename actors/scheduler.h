@@ -269,6 +269,8 @@ class Scheduler {
   // Speculative decoding: fills each running sequence's proposal for this step, or clears
   // them all when the policy turns speculation off at this batch size (scheduler_spec.cpp).
   void propose_tokens();
+  // The acceptance policy's moving average (SpeculativeConfig::min_accepted_per_seq).
+  static void record_accepted(Sequence& seq, int num_accepted);
   bool may_speculate(const SequenceGroup& group, const Sequence& seq) const;
   // The tokens the step computes for a held sequence: position i of its tokens, or past the
   // end, its proposal.

@@ -19,6 +19,11 @@ bool Scheduler::may_speculate(const SequenceGroup& group, const Sequence& seq) c
   return static_cast<int>(seq.output_token_ids.size()) >= params.min_tokens;
 }
 
+namespace {
+// An n-gram try that found nothing to propose waits this many steps before the next.
+constexpr int kNgramRetrySteps = 4;
+}  // namespace
+
 void Scheduler::propose_tokens() {
   speculating_ = false;
   if (!config_.speculative.enabled()) return;
@@ -30,12 +35,46 @@ void Scheduler::propose_tokens() {
   int num_seqs = 0;
   for (uint64_t id : running_) num_seqs += groups_.at(id).num_live();
   const int limit = config_.speculative.max_batch_seqs;
-  const bool allowed = num_seqs > 0 && (limit == 0 || num_seqs <= limit);
-  speculating_ = allowed;
+  if (num_seqs == 0 || (limit != 0 && num_seqs > limit)) return;
+  // The acceptance a verifying row needs to pay for its extra rows grows with the batch (on
+  // the CPU: ~0.2 tokens alone, ~0.6 at two, ~1.5 at four; docs/speculative-decoding.md).
+  // n-gram proposals only: their verification draws exactly what a lone step would, so
+  // holding a sequence back changes no output; a draft's sampled draws depend on which steps
+  // verify, and a bar that moved with the batch would make them depend on the batch.
+  const double min_accepted = config_.speculative.method == SpeculativeMethod::kNgram
+                                  ? config_.speculative.min_accepted_per_seq * (num_seqs - 0.5)
+                                  : 0.0;
+  // A try costs the whole batch (its extra rows, and the overlap of the step before it), so
+  // the wait between tries grows with the batch: none alone, up to 4x at two, 16x at four.
+  const int max_probe_interval =
+      std::min(SpeculativeConfig::kSpeculativeProbeInterval * num_seqs * num_seqs,
+               SpeculativeConfig::kSpeculativeMaxProbeInterval);
   for (uint64_t id : running_) {
     SequenceGroup& group = groups_.at(id);
     for (Sequence& seq : group.seqs) {
-      if (!allowed || !may_speculate(group, seq)) continue;
+      if (seq.finished()) continue;
+      const bool below =
+          seq.spec_accepted_average >= 0.0 && seq.spec_accepted_average < min_accepted;
+      if (!below || seq.spec_probe_interval == 0) {
+        seq.spec_probe_interval = SpeculativeConfig::kSpeculativeProbeInterval;
+      }
+      const bool held = below && seq.spec_held_steps + 1 < seq.spec_probe_interval;
+      if (held || seq.spec_wait_steps > 0) {  // counted in every step, those planned ahead too
+        if (held) ++seq.spec_held_steps;
+        if (seq.spec_wait_steps > 0) --seq.spec_wait_steps;
+        const bool held_next = below && seq.spec_held_steps + 1 < seq.spec_probe_interval;
+        // The step after this one is planned ahead (while this one runs) only when no sequence
+        // would propose in it, as a step planned ahead cannot know the tokens proposals follow:
+        // held sequences give overlap scheduling back until one's next try is due.
+        if (!held_next && seq.spec_wait_steps == 0) speculating_ = true;
+        continue;
+      }
+      speculating_ = true;
+      if (!may_speculate(group, seq)) continue;
+      seq.spec_held_steps = 0;
+      if (below) {  // a try: the next, if this one does not lift the average, waits longer
+        seq.spec_probe_interval = std::min(2 * seq.spec_probe_interval, max_probe_interval);
+      }
       const int num_tokens = group.num_tokens(seq);
       const int num_out = static_cast<int>(seq.output_token_ids.size());
       // The step emits up to K + 1 tokens: never past max_tokens or max_model_len.
@@ -47,9 +86,20 @@ void Scheduler::propose_tokens() {
         seq.proposal.assign(static_cast<size_t>(cap), kDraftProposalToken);  // the executor's
       } else {
         seq.proposal = proposer_.propose(group.tokens(seq), cap);
+        // Nothing to copy yet: look again in a few steps, overlapped meanwhile (not a miss:
+        // the text may repeat itself soon).
+        if (seq.proposal.empty()) seq.spec_wait_steps = kNgramRetrySteps;
       }
     }
   }
+}
+
+void Scheduler::record_accepted(Sequence& seq, int num_accepted) {
+  // Half weight to the newest: a sequence that stops repeating its prompt is held back within
+  // two or three steps, one that starts again after its next try.
+  seq.spec_accepted_average = seq.spec_accepted_average < 0.0
+                                  ? num_accepted
+                                  : 0.5 * seq.spec_accepted_average + 0.5 * num_accepted;
 }
 
 int32_t Scheduler::planned_token(const SequenceGroup& group, const Sequence& seq, int i) const {
@@ -94,6 +144,7 @@ void Scheduler::accept_verified(SequenceGroup& group, Sequence& seq,
   stats_.num_spec_accepted_tokens += num_accepted;
   seq.num_proposed_tokens += num_proposed;
   seq.num_accepted_tokens += num_accepted;
+  record_accepted(seq, num_accepted);
   // Each draw is a token as if sampled alone: stop checks after each, nothing after a stop.
   for (size_t i = 0; i < samples.size() && !seq.finished(); ++i) {
     const bool grammar_ended = i < output.grammar_ended.size() && output.grammar_ended[i] != 0;

@@ -49,6 +49,14 @@ struct Sequence {
   std::vector<int32_t> proposal;
   int64_t num_proposed_tokens = 0;
   int64_t num_accepted_tokens = 0;
+  // The acceptance policy (SpeculativeConfig::min_accepted_per_seq): a moving average of the
+  // proposals accepted per step that tried to propose (-1 before the first), the steps this
+  // sequence has been held back since it last proposed, and how many it waits before trying
+  // again (doubled by each try that does not lift the average over the bar).
+  double spec_accepted_average = -1.0;
+  int spec_held_steps = 0;
+  int spec_probe_interval = 0;  // 0: SpeculativeConfig::kSpeculativeProbeInterval
+  int spec_wait_steps = 0;      // steps left before the next n-gram lookup after one found none
   // Draft-model proposals: positions whose draft K/V are in the cache (the draft catches up
   // from here when it next proposes; 0 for a new or recomputed sequence, kept across swaps).
   int draft_num_computed_tokens = 0;

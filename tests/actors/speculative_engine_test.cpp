@@ -28,10 +28,13 @@ namespace {
 using namespace spec_testing;
 using testing_util::greedy;
 
-EngineConfig with_speculation(EngineConfig config, int max_batch = 0, int k = 4) {
+// min_accepted 0 (the tests of the mechanism): every sequence proposes whenever it can.
+EngineConfig with_speculation(EngineConfig config, int max_batch = 0, int k = 4,
+                              double min_accepted = 0.0) {
   config.speculative.method = SpeculativeMethod::kNgram;
   config.speculative.num_speculative_tokens = k;
   config.speculative.max_batch_seqs = max_batch;
+  config.speculative.min_accepted_per_seq = min_accepted;
   return config;
 }
 
@@ -147,6 +150,39 @@ TEST(SpeculativeEngine, SeededSamplingPenaltiesAndLogprobsAreIdentical) {
   const EngineRun got = run(with_speculation(plain), requests);
   expect_same_outputs(baseline, got, "sampled");
   EXPECT_GT(got.stats.num_spec_accepted_tokens, 0);
+}
+
+// The acceptance policy (SpeculativeConfig::min_accepted_per_seq) holds back sequences whose
+// proposals are rarely accepted: fewer rows verified, a larger share of proposals accepted,
+// steps planned ahead again while every sequence is held, and no output changes (greedy, and
+// seeded sampling, whose verified draws are a lone step's).
+TEST(SpeculativeEngine, TheAcceptancePolicyHoldsBackMissesAndChangesNoOutput) {
+  const EngineConfig plain = testing_util::stories_config();
+  std::vector<Request> requests = story_requests(96);
+  for (size_t i = 0; i < 4; ++i) {  // the same prompts sampled, seeded
+    Request sampled = requests[i];
+    sampled.params.temperature = 1.0f;
+    sampled.params.seed = 300 + i;
+    requests.push_back(sampled);
+  }
+  const EngineRun baseline = run(plain, requests, /*overlap=*/true);
+  const EngineRun eager = run(with_speculation(plain), requests, /*overlap=*/true);
+  const EngineRun held = run(with_speculation(plain, 0, 4, 0.5), requests, /*overlap=*/true);
+  expect_same_outputs(baseline, held, "policy on");
+  expect_same_outputs(baseline, eager, "policy off");
+  EXPECT_LT(held.stats.num_spec_rows, eager.stats.num_spec_rows / 2);
+  auto accepted_share = [](const EngineRun& r) {
+    return static_cast<double>(r.stats.num_spec_accepted_tokens) /
+           static_cast<double>(std::max<int64_t>(r.stats.num_spec_proposed_tokens, 1));
+  };
+  EXPECT_GT(accepted_share(held), accepted_share(eager));
+  EXPECT_GT(held.stats.num_steps_planned_ahead, eager.stats.num_steps_planned_ahead);
+  // Alone (the bar is lowest), the grounded prompt still speculates and saves steps.
+  const EngineRun alone_baseline = run(plain, {requests[kPrompts.size()]});
+  const EngineRun alone = run(with_speculation(plain, 0, 4, 0.5), {requests[kPrompts.size()]});
+  expect_same_outputs(alone_baseline, alone, "grounded prompt alone, policy on");
+  EXPECT_GT(alone.stats.num_spec_accepted_tokens, 10);
+  EXPECT_LT(alone.stats.num_steps, alone_baseline.stats.num_steps);
 }
 
 TEST(SpeculativeEngine, LogprobsComeOnePerTokenWithTheSameValues) {
