@@ -37,7 +37,7 @@ std::string SpeculativeConfig::validate() const {
   if (ngram_max < ngram_min || ngram_max > 64) {
     return "ngram_max must be in [ngram_min, 64], got " + std::to_string(ngram_max);
   }
-  if (max_batch_seqs < 0) return "speculative max batch must be >= 0";
+  if (max_batch_seqs < -1) return "speculative max batch must be >= 0 (or -1: by method)";
   if (!(min_accepted_per_seq >= 0.0 && min_accepted_per_seq <= 64.0)) {
     return "speculative min accepted must be in [0, 64], got " +
            std::to_string(min_accepted_per_seq);

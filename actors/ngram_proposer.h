@@ -27,8 +27,8 @@ struct SpeculativeConfig {
   // The policy: no proposals at all in a step planned while more than this many sequences
   // run (verifying K extra tokens per sequence only pays while the step is bound by reading
   // the weights, not by compute; docs/speculative-decoding.md has the measurements).
-  // --speculative-max-batch; 0 = no limit.
-  int max_batch_seqs = 4;
+  // --speculative-max-batch; 0 = no limit; -1 (default) = by method, max_batch().
+  int max_batch_seqs = -1;
   // The policy's second half, per sequence, n-gram proposals only: a sequence whose proposals
   // have been accepted less than min_accepted_per_seq x (sequences running - 1/2) tokens per
   // verifying step (a moving average, half weight to the newest) stops proposing, and tries
@@ -47,6 +47,13 @@ struct SpeculativeConfig {
   static constexpr int kSpeculativeMaxProbeInterval = 256;
 
   bool enabled() const { return method != SpeculativeMethod::kNone; }
+  // The batch limit in force: max_batch_seqs, or by method when it is -1: 2 for n-gram
+  // proposals (they lose from batch 3-4 on the CPU even with the acceptance policy), 4 for a
+  // draft (one accepted as well as a twin still gains 2x there); docs/speculative-decoding.md.
+  int max_batch() const {
+    if (max_batch_seqs >= 0) return max_batch_seqs;
+    return method == SpeculativeMethod::kDraft ? 4 : 2;
+  }
   // Empty when valid, else a message naming the bad field.
   std::string validate() const;
 };

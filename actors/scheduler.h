@@ -43,7 +43,7 @@
 // the accepted draws one by one, with the usual stop checks, then settles the slots (accepted
 // kept, the rest truncated). A step that may carry proposals is never followed by one planned
 // ahead: proposals need every token known. The policy: none while more than
-// speculative.max_batch_seqs sequences run; none for beam search, a prompt's first draw, a
+// speculative.max_batch() sequences run; none for beam search, a prompt's first draw, a
 // pending sample, or before min_tokens.
 #pragma once
 

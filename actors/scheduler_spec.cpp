@@ -34,7 +34,7 @@ void Scheduler::propose_tokens() {
   }
   int num_seqs = 0;
   for (uint64_t id : running_) num_seqs += groups_.at(id).num_live();
-  const int limit = config_.speculative.max_batch_seqs;
+  const int limit = config_.speculative.max_batch();
   if (num_seqs == 0 || (limit != 0 && num_seqs > limit)) return;
   // The acceptance a verifying row needs to pay for its extra rows grows with the batch (on
   // the CPU: ~0.2 tokens alone, ~0.6 at two, ~1.5 at four; docs/speculative-decoding.md).

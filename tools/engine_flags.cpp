@@ -57,8 +57,8 @@ const char* const kEngineFlagsHelp =
     "                               target's vocabulary (--speculative draft)\n"
     "  --num-speculative-tokens K   proposals verified per sequence per step (default 4)\n"
     "  --ngram-min N, --ngram-max M suffix lengths matched, longest first (default 1 and 4)\n"
-    "  --speculative-max-batch N    no proposals while more than N sequences run (default 4;\n"
-    "                               0: no limit)\n"
+    "  --speculative-max-batch N    no proposals while more than N sequences run (default 2\n"
+    "                               for ngram, 4 for draft; 0: no limit)\n"
     "  --speculative-min-accepted A n-gram: a sequence whose proposals average fewer than\n"
     "                               A x (running sequences - 1/2) accepted tokens per step\n"
     "                               stops proposing for a while (default 0.5; 0: never)\n";
@@ -122,7 +122,7 @@ actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
   config.speculative.ngram_min = static_cast<int>(flags.get_int("ngram-min", 1, 1, 64));
   config.speculative.ngram_max = static_cast<int>(flags.get_int("ngram-max", 4, 1, 64));
   config.speculative.max_batch_seqs =
-      static_cast<int>(flags.get_int("speculative-max-batch", 4, 0, 1 << 20));
+      static_cast<int>(flags.get_int("speculative-max-batch", -1, 0, 1 << 20));
   config.speculative.min_accepted_per_seq = flags.get_double("speculative-min-accepted", 0.5);
   if (std::string problem = config.speculative.validate(); !problem.empty()) {
     throw UsageError("--speculative: " + problem);

@@ -87,6 +87,27 @@ TEST(SpeculativeConfig, ValidatesItsFields) {
   config.draft_model = "stories260K.gguf";
   EXPECT_EQ(config.validate(), "");
   EXPECT_STREQ(speculative_method_name(config.method), "draft");
+  config.min_accepted_per_seq = -0.5;
+  EXPECT_NE(config.validate().find("min accepted"), std::string::npos);
+  config.min_accepted_per_seq = 0.5;
+  config.max_batch_seqs = -2;
+  EXPECT_NE(config.validate().find("max batch"), std::string::npos);
+}
+
+// The batch limit by method when none is given (-1), as docs/speculative-decoding.md
+// measures: n-gram proposals lose from batch 3-4, a well-accepted draft still gains there.
+TEST(SpeculativeConfig, TheBatchLimitFollowsTheMethodUnlessGiven) {
+  SpeculativeConfig config;
+  EXPECT_EQ(config.max_batch_seqs, -1);
+  config.method = SpeculativeMethod::kNgram;
+  EXPECT_EQ(config.max_batch(), 2);
+  config.method = SpeculativeMethod::kDraft;
+  EXPECT_EQ(config.max_batch(), 4);
+  config.max_batch_seqs = 0;  // no limit
+  EXPECT_EQ(config.max_batch(), 0);
+  config.method = SpeculativeMethod::kNgram;
+  config.max_batch_seqs = 7;
+  EXPECT_EQ(config.max_batch(), 7);
 }
 
 }  // namespace
