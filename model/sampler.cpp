@@ -195,6 +195,7 @@ std::vector<int32_t> sample_top_k(std::span<const float> logits, const SamplingP
 struct Draws {
   std::vector<int32_t> tokens;                                    // one per uniform
   double log_sum_exp = std::numeric_limits<double>::quiet_NaN();  // of the raw row, if known
+  float row_max = std::numeric_limits<float>::quiet_NaN();        // of the raw row, if known
 };
 
 // One token per uniform in `us`, all from the same passes over the row (the cut does not
@@ -203,8 +204,10 @@ Draws draw(std::span<const float> logits, const SamplingParams& params,
            std::span<const double> us) {
   const int64_t vocab = static_cast<int64_t>(logits.size());
   auto first_max = [&] {
-    return Draws{std::vector<int32_t>(
-        us.size(), static_cast<int32_t>(kernels::row_argmax(logits.data(), vocab)))};
+    const int64_t argmax = kernels::row_argmax(logits.data(), vocab);
+    Draws out{std::vector<int32_t>(us.size(), static_cast<int32_t>(argmax))};
+    out.row_max = logits[static_cast<size_t>(argmax)];  // NaN only when every element is
+    return out;
   };
   if (params.is_greedy()) return first_max();
   const kernels::RowRange range = kernels::row_min_max(logits.data(), vocab);
@@ -232,10 +235,17 @@ Draws draw(std::span<const float> logits, const SamplingParams& params,
   return {};  // unreachable: double masses always decide
 }
 
-double log_sum_exp(std::span<const float> logits) {
+// row_max: the row's largest non-NaN element when the caller knows it (greedy's argmax
+// found it), else NaN. The sum comes from float exps (~1e-7 relative, 3e-6 at worst, of
+// the exact one: well inside a float logprob's rounding) unless the row has no finite maximum.
+double log_sum_exp(std::span<const float> logits,
+                   float row_max = std::numeric_limits<float>::quiet_NaN()) {
   const int64_t n = static_cast<int64_t>(logits.size());
-  const double max_logit = kernels::row_min_max(logits.data(), n).max;
-  return max_logit + std::log(kernels::row_sum_exp(logits.data(), n, max_logit));
+  if (std::isnan(row_max)) row_max = kernels::row_min_max(logits.data(), n).max;
+  if (std::isfinite(row_max)) {
+    return row_max + std::log(kernels::row_sum_exp_f32(logits.data(), n, row_max));
+  }
+  return row_max + std::log(kernels::row_sum_exp(logits.data(), n, row_max));
 }
 
 // The k most likely tokens, best first (ties: the lower id first), by one pass that keeps
@@ -324,7 +334,7 @@ std::vector<TokenLogprob> sample_tokens_logprob(std::span<const float> logits,
   std::vector<double> us;
   for (uint64_t seed : seeds) us.push_back(uniform_from_counter(seed, step));
   const Draws d = draw(logits, params, us);
-  const double lse = std::isnan(d.log_sum_exp) ? log_sum_exp(logits) : d.log_sum_exp;
+  const double lse = std::isnan(d.log_sum_exp) ? log_sum_exp(logits, d.row_max) : d.log_sum_exp;
   std::vector<TokenLogprob> out;
   for (int32_t token : d.tokens) {
     out.push_back(

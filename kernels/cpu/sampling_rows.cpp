@@ -44,6 +44,16 @@ double row_sum_exp_portable(const float* x, int64_t n, double shift) {
   return total;
 }
 
+double row_sum_exp_f32_portable(const float* x, int64_t n, float shift) {
+  double total = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    // As the AVX-512 path: the gap clamped to e^-87 (NaN included), a float exp.
+    const float gap = x[i] - shift;
+    total += std::exp(gap >= -87.0f ? gap : -87.0f);
+  }
+  return total;
+}
+
 int bucket_of(float scaled, const ExpHistogramParams& p) {
   const float gap =
       std::min((p.max_scaled - scaled) * p.buckets_per_unit, static_cast<float>(p.num_buckets - 1));
@@ -121,6 +131,21 @@ PS_TARGET_AVX512 double row_sum_exp_avx512(const float* x, int64_t n, double shi
     exp_pair(v, shift, &e_lo, &e_hi);
     acc_lo = _mm512_add_pd(acc_lo, e_lo);
     acc_hi = _mm512_add_pd(acc_hi, e_hi);
+  }
+  return _mm512_reduce_add_pd(_mm512_add_pd(acc_lo, acc_hi));
+}
+
+PS_TARGET_AVX512 double row_sum_exp_f32_avx512(const float* x, int64_t n, float shift_value) {
+  const __m512 shift = _mm512_set1_ps(shift_value);
+  __m512d acc_lo = _mm512_setzero_pd();
+  __m512d acc_hi = _mm512_setzero_pd();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask16(n - i);
+    const __m512 e = _mm512_maskz_mov_ps(
+        m, exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), shift)));
+    acc_lo = _mm512_add_pd(acc_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+    acc_hi = _mm512_add_pd(
+        acc_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
   }
   return _mm512_reduce_add_pd(_mm512_add_pd(acc_lo, acc_hi));
 }
@@ -234,6 +259,12 @@ double row_sum_exp(const float* x, int64_t n, double shift, Isa isa) {
   assert(x != nullptr && n >= 0);
   if (isa == Isa::kAvx512) return row_sum_exp_avx512(x, n, shift);
   return row_sum_exp_portable(x, n, shift);
+}
+
+double row_sum_exp_f32(const float* x, int64_t n, float shift, Isa isa) {
+  assert(x != nullptr && n >= 0);
+  if (isa == Isa::kAvx512) return row_sum_exp_f32_avx512(x, n, shift);
+  return row_sum_exp_f32_portable(x, n, shift);
 }
 
 double exp_histogram(const ExpHistogramParams& p, Isa isa) {

@@ -21,6 +21,12 @@ int64_t row_argmax(const float* x, int64_t n, Isa isa = best_isa());
 
 // sum over i of exp(double(x[i]) - shift), in double (-inf elements add 0).
 double row_sum_exp(const float* x, int64_t n, double shift, Isa isa = best_isa());
+// The same sum from float exps of the float gaps x[i] - shift (shift finite, >= every x[i]),
+// summed in double: each term within single_precision_exp_error(shift - x[i]) of the exact
+// one (gaps past 87 count as e^-87, < 2e-38 each; NaNs as well), so the sum is within
+// ~(max gap + 3) * 2^-24 relative of row_sum_exp's. About twice as fast (16 float lanes, not
+// 8 double ones): the log-sum-exp of a logprob, which is reported as a float, needs no more.
+double row_sum_exp_f32(const float* x, int64_t n, float shift, Isa isa = best_isa());
 
 // The sampler's histogram of one row at a temperature. Element i has the scaled logit
 // s = logits[i] / temperature (float division, as the sampler computes it) and lands in bucket

@@ -86,6 +86,35 @@ TEST(SamplingRows, SumOfExpsMatchesStdExpInDouble) {
   }
 }
 
+// The float-exp sum against std::exp in double: each term within
+// single_precision_exp_error(its gap) of the exact one, so the sum within the same bound at
+// the row's largest gap (terms past a gap of 87 count as e^-87, < 2e-38 each).
+TEST(SamplingRows, FloatExpSumIsWithinItsStatedBoundOfTheDoubleSum) {
+  std::mt19937 rng(14);
+  for (Isa isa : supported_isas()) {
+    for (int64_t n : kSizes) {
+      for (float sigma : {0.5f, 6.0f, 40.0f}) {
+        const std::vector<float> x = row(rng, n, sigma, n > 3);
+        const float shift = *std::max_element(x.begin(), x.end());
+        double expected = 0.0;
+        double max_gap = 0.0;
+        for (float v : x) {
+          expected += std::exp(static_cast<double>(v) - shift);
+          if (std::isfinite(v)) max_gap = std::max(max_gap, static_cast<double>(shift) - v);
+        }
+        const double bound =
+            single_precision_exp_error(std::min(max_gap, 87.0)) * expected + n * 2e-38;
+        EXPECT_NEAR(row_sum_exp_f32(x.data(), n, shift, isa), expected, bound)
+            << isa_name(isa) << " n=" << n << " sigma=" << sigma;
+      }
+    }
+    // -inf and NaN count as e^-87; the sum stays finite and near the one finite term.
+    const std::vector<float> odd = {0.0f, -kInf, std::numeric_limits<float>::quiet_NaN(), -1.0f};
+    EXPECT_NEAR(row_sum_exp_f32(odd.data(), 4, 0.0f, isa), 1.0 + std::exp(-1.0), 1e-6)
+        << isa_name(isa);
+  }
+}
+
 TEST(SamplingRows, HistogramPutsEachElementInItsBucketWithItsMass) {
   std::mt19937 rng(13);
   for (Isa isa : supported_isas()) {
