@@ -141,8 +141,8 @@ PS_TARGET_AVX512 double row_sum_exp_f32_avx512(const float* x, int64_t n, float 
   __m512d acc_hi = _mm512_setzero_pd();
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask16(n - i);
-    const __m512 e = _mm512_maskz_mov_ps(
-        m, exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), shift)));
+    const __m512 e =
+        _mm512_maskz_mov_ps(m, exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), shift)));
     acc_lo = _mm512_add_pd(acc_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
     acc_hi = _mm512_add_pd(
         acc_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
