@@ -192,10 +192,12 @@ std::vector<int32_t> sample_top_k(std::span<const float> logits, const SamplingP
   return tokens;
 }
 
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
 struct Draws {
-  std::vector<int32_t> tokens;                                    // one per uniform
-  double log_sum_exp = std::numeric_limits<double>::quiet_NaN();  // of the raw row, if known
-  float row_max = std::numeric_limits<float>::quiet_NaN();        // of the raw row, if known
+  std::vector<int32_t> tokens;                              // one per uniform
+  double log_sum_exp = kNaN;                                // of the raw row, if known
+  float row_max = std::numeric_limits<float>::quiet_NaN();  // of the raw row, if known
 };
 
 // One token per uniform in `us`, all from the same passes over the row (the cut does not
@@ -215,7 +217,7 @@ Draws draw(std::span<const float> logits, const SamplingParams& params,
   // sample; the first maximum, as greedy.
   if (!std::isfinite(range.max / params.temperature)) return first_max();
   if (params.top_k > 0 && params.top_k < vocab) {
-    return Draws{sample_top_k(logits, params, range, us)};
+    return Draws{sample_top_k(logits, params, range, us), kNaN, range.max};
   }
 
   // Float masses first; a row where they cannot decide a cut or a draw (a value within their
@@ -225,6 +227,7 @@ Draws draw(std::span<const float> logits, const SamplingParams& params,
     BucketedRow row(logits, params.temperature, range, masses);
     const Cut cut = find_cut(row, params);
     Draws out;
+    out.row_max = range.max;
     for (double u : us) out.tokens.push_back(walk_to(row, cut, u * cut.mass));
     if (row.undecided()) continue;
     // At temperature 1 the histogram's total is the raw row's partition function (from float
