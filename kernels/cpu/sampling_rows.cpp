@@ -152,6 +152,7 @@ PS_TARGET_AVX512 double row_sum_exp_f32_avx512(const float* x, int64_t n, float 
 
 PS_TARGET_AVX512 double exp_histogram_avx512(const ExpHistogramParams& p) {
   const __m512 temperature = _mm512_set1_ps(p.temperature);
+  const bool unit_temperature = p.temperature == 1.0f;
   const __m512 max_scaled = _mm512_set1_ps(p.max_scaled);
   const __m512 per_unit = _mm512_set1_ps(p.buckets_per_unit);
   const __m512 last = _mm512_set1_ps(static_cast<float>(p.num_buckets - 1));
@@ -166,7 +167,9 @@ PS_TARGET_AVX512 double exp_histogram_avx512(const ExpHistogramParams& p) {
   __m512d total_hi = _mm512_setzero_pd();
   for (int64_t i = 0; i < p.n; i += 16) {
     const __mmask16 m = tail_mask16(p.n - i);
-    const __m512 scaled = _mm512_div_ps(_mm512_maskz_loadu_ps(m, p.logits + i), temperature);
+    const __m512 raw = _mm512_maskz_loadu_ps(m, p.logits + i);
+    // x / 1 is x: temperature 1 (the OpenAI default) skips the division, bit for bit the same.
+    const __m512 scaled = unit_temperature ? raw : _mm512_div_ps(raw, temperature);
     // min returns its second operand for a NaN gap: NaNs go to the last bucket.
     const __m512 gap =
         _mm512_min_ps(_mm512_mul_ps(_mm512_sub_ps(max_scaled, scaled), per_unit), last);
