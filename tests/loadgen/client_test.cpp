@@ -40,7 +40,8 @@ constexpr double kArrivalToleranceMs = 40.0;
 #else
 constexpr double kToleranceMs = 15.0;
 constexpr double kTokenToleranceMs = 3.0;
-constexpr double kArrivalToleranceMs = 20.0;
+// 20 ms was exceeded once (20.7 ms) under the full ctest -j2; arrivals are 75 ms apart.
+constexpr double kArrivalToleranceMs = 30.0;
 #endif
 
 TEST(HttpClient, TimingsMatchTheServersTokenDelays) {
