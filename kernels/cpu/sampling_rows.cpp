@@ -113,11 +113,17 @@ PS_TARGET_AVX512 int64_t row_argmax_avx512(const float* x, int64_t n) {
   return _mm512_mask_reduce_min_epi32(holders, best_index);
 }
 
+// The 16 floats of v as two vectors of 8 doubles (lanes 0-7, 8-15); exact.
+PS_TARGET_AVX512 void widen_to_pd(__m512 v, __m512d* lo, __m512d* hi) {
+  *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+  *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
 PS_TARGET_AVX512 void exp_pair(__m512 scaled, __m512d shift, __m512d* e_lo, __m512d* e_hi) {
-  *e_lo = exp_avx512_pd(_mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(scaled)), shift));
-  *e_hi = exp_avx512_pd(_mm512_sub_pd(
-      _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(scaled), 1))),
-      shift));
+  __m512d lo, hi;
+  widen_to_pd(scaled, &lo, &hi);
+  *e_lo = exp_avx512_pd(_mm512_sub_pd(lo, shift));
+  *e_hi = exp_avx512_pd(_mm512_sub_pd(hi, shift));
 }
 
 PS_TARGET_AVX512 double row_sum_exp_avx512(const float* x, int64_t n, double shift_value) {
@@ -143,9 +149,10 @@ PS_TARGET_AVX512 double row_sum_exp_f32_avx512(const float* x, int64_t n, float 
     const __mmask16 m = tail_mask16(n - i);
     const __m512 e =
         _mm512_maskz_mov_ps(m, exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), shift)));
-    acc_lo = _mm512_add_pd(acc_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-    acc_hi = _mm512_add_pd(
-        acc_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    __m512d e_lo, e_hi;
+    widen_to_pd(e, &e_lo, &e_hi);
+    acc_lo = _mm512_add_pd(acc_lo, e_lo);
+    acc_hi = _mm512_add_pd(acc_hi, e_hi);
   }
   return _mm512_reduce_add_pd(_mm512_add_pd(acc_lo, acc_hi));
 }
@@ -189,8 +196,7 @@ PS_TARGET_AVX512 double exp_histogram_avx512(const ExpHistogramParams& p) {
     if (p.single_precision) {
       // float exp of the float gap: 16 lanes for the price of 8, widened for the sums.
       const __m512 ef = exp_avx512(_mm512_sub_ps(scaled, max_scaled));
-      e_lo = _mm512_cvtps_pd(_mm512_castps512_ps256(ef));
-      e_hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(ef), 1)));
+      widen_to_pd(ef, &e_lo, &e_hi);
     } else {
       exp_pair(scaled, shift, &e_lo, &e_hi);
     }
