@@ -63,6 +63,14 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(
   return std::shared_ptr<const CompiledGrammar>(new CompiledGrammar(std::move(impl)));
 }
 
+PrewarmStats CompiledGrammar::prewarm(const PrewarmLimits& limits) const {
+  std::lock_guard lock(impl_->prewarm_mutex);
+  if (!impl_->prewarmed) impl_->prewarmed = detail::prewarm_masks(*impl_, limits);
+  return *impl_->prewarmed;
+}
+
+size_t CompiledGrammar::cached_masks() const { return impl_->cache.size(); }
+
 // ---- GrammarMatcher ----
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> compiled)

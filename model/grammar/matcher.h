@@ -5,6 +5,7 @@
 // Pure: no I/O; CompiledGrammar is thread-safe, a GrammarMatcher belongs to one sequence.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -37,6 +38,18 @@ class TokenVocabulary {
   std::unique_ptr<Trie> trie_;
 };
 
+// How far CompiledGrammar::prewarm searches.
+struct PrewarmLimits {
+  size_t max_states = 1024;  // masks computed at most (and never past half the mask cache)
+  double max_seconds = 2.0;
+  const std::atomic<bool>* stop = nullptr;  // checked between states; may be null
+};
+struct PrewarmStats {
+  size_t states = 0;      // masks computed and cached
+  bool complete = false;  // every state reachable from the start was cached
+  double seconds = 0.0;
+};
+
 // A grammar bound to a vocabulary, with the cache of masks shared by all its matchers.
 class CompiledGrammar {
  public:
@@ -45,6 +58,16 @@ class CompiledGrammar {
   ~CompiledGrammar();
   const Grammar& grammar() const;
   const TokenVocabulary& vocabulary() const;
+
+  // Caches the mask of every state reachable from the start by allowed tokens, breadth first,
+  // within `limits`: what xgrammar precomputes when it compiles a grammar, so that decoding
+  // finds its masks cached instead of walking the vocabulary on a state's first visit. Each
+  // state's walk also yields the states its allowed tokens end in (the next to search). A
+  // recursive grammar (nested JSON) has no end of states: the limits stop it. Runs once per
+  // compiled grammar; later calls wait for the first and return its result. Thread-safe, and
+  // matchers may run meanwhile (they compute what is not cached yet themselves).
+  PrewarmStats prewarm(const PrewarmLimits& limits = {}) const;
+  size_t cached_masks() const;
 
   struct Impl;
   Impl& impl() const { return *impl_; }

@@ -4,6 +4,7 @@
 
 #include <list>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "model/grammar/matcher.h"
@@ -34,6 +35,7 @@ class MaskCache {
   void insert(const Key& key, const std::span<const uint32_t> mask, uint32_t max_cost);
   void clear();
   size_t size() const;
+  size_t budget_bytes() const { return budget_bytes_; }
 
   struct KeyHash {
     size_t operator()(const Key& k) const noexcept;
@@ -60,6 +62,9 @@ struct CompiledGrammar::Impl {
   // Fewest bytes from each element position to the end of its alternative
   // (completion_cost.cpp): a state's shortest completion is its cheapest stack's sum.
   std::vector<uint32_t> min_rest;
+  // prewarm() runs once: the first call holds the lock while it searches.
+  mutable std::mutex prewarm_mutex;
+  mutable std::optional<PrewarmStats> prewarmed;
 };
 
 struct GrammarMatcher::State {
@@ -81,6 +86,9 @@ inline constexpr uint32_t kNoBudget = UINT32_MAX;
 void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const StackSet& stacks,
                   std::span<uint32_t> mask, const std::vector<uint32_t>& min_rest,
                   uint32_t budget = kNoBudget, uint32_t* max_cost = nullptr);
+
+// CompiledGrammar::prewarm's search (token_mask.cpp).
+PrewarmStats prewarm_masks(const CompiledGrammar::Impl& impl, const PrewarmLimits& limits);
 
 // completion_cost.cpp
 std::vector<uint32_t> min_completion_table(const Grammar& grammar);

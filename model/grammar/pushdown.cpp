@@ -36,7 +36,7 @@ void PushdownArena::closure(uint32_t pos, uint32_t parent, std::vector<uint32_t>
 
 void PushdownArena::start(std::vector<uint32_t>& heads) {
   const size_t begin = heads.size();
-  closures_seen_.clear();
+  clear_hash(closures_seen_);
   for (uint32_t alt : g_->rule_alternatives[g_->root]) closure(alt, kNoNode, heads);
   dedupe(heads, begin);
 }
@@ -52,7 +52,7 @@ void PushdownArena::load(const StackSet& state, std::vector<uint32_t>& heads) {
 void PushdownArena::advance(std::vector<uint32_t>& heads, size_t begin, size_t end, uint8_t byte) {
   const std::vector<Element>& el = g_->elements;
   const size_t out = heads.size();
-  closures_seen_.clear();
+  clear_hash(closures_seen_);
   for (size_t i = begin; i < end; ++i) {
     const uint32_t h = heads[i];
     if (h == kNoNode) continue;

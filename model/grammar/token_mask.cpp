@@ -2,6 +2,9 @@
 // per level and skips every token under a rejected prefix; and the per-grammar cache of masks.
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <deque>
+#include <unordered_set>
 
 #include "model/grammar/matcher_impl.h"
 
@@ -78,7 +81,7 @@ class LazyDfa {
   int32_t reset(const Grammar& grammar, const StackSet& stacks) {
     arena_.rebind(grammar);
     arena_.set_interning(true);
-    state_ids_.clear();
+    clear_hash(state_ids_);
     heads_.clear();
     begin_.assign(1, 0);
     next_.clear();
@@ -88,6 +91,20 @@ class LazyDfa {
     arena_.load(stacks, scratch_);
     return intern(0);
   }
+
+  // The state of `stacks`, keeping every state and step known so far (a prewarm walks many
+  // states of one grammar; their DFAs share most steps).
+  int32_t enter(const StackSet& stacks) {
+    scratch_.clear();
+    arena_.load(stacks, scratch_);
+    return intern(0);
+  }
+
+  // The canonical stacks of `state`: what a matcher holds after the bytes that reached it.
+  StackSet stacks_of(int32_t state) const {
+    return arena_.extract(heads_, begin_[state], begin_[state + 1]);
+  }
+  size_t num_states() const { return begin_.size() - 1; }
 
   bool can_end(int32_t state) const {
     for (uint32_t i = begin_[state]; i < begin_[state + 1]; ++i)
@@ -162,17 +179,21 @@ class LazyDfa {
   std::vector<uint32_t> costs_;  // cost() memo by state
 };
 
-}  // namespace
-
-void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const StackSet& stacks,
-                  std::span<uint32_t> mask, const std::vector<uint32_t>& min_rest, uint32_t budget,
-                  uint32_t* max_cost) {
+// The walk of the sorted vocabulary from DFA state `start` (see compute_mask). `end_states`
+// (may be null) gets each distinct state an allowed token ends in, once.
+void walk_vocabulary(LazyDfa& dfa, int32_t start, const TokenVocabulary& vocab,
+                     std::span<uint32_t> mask, const std::vector<uint32_t>& min_rest,
+                     uint32_t budget, uint32_t* max_cost, std::vector<int32_t>* end_states) {
   const TokenVocabulary::Trie& trie = vocab.trie();
-  thread_local LazyDfa dfa;
   thread_local std::vector<int32_t> level;  // level[d]: the state after d bytes of the token
+  thread_local std::vector<uint8_t> ended;  // ended[state]: already in end_states
   if (level.empty()) level.resize(64);
-  level[0] = dfa.reset(grammar, stacks);
-  const bool can_end = dfa.can_end(level[0]);
+  level[0] = start;
+  if (end_states != nullptr) {
+    end_states->clear();
+    ended.assign(dfa.num_states(), 0);
+  }
+  const bool can_end = dfa.can_end(start);
   const bool costs_wanted = budget != kNoBudget || max_cost != nullptr;
   uint32_t largest_cost = 0;
 
@@ -206,6 +227,13 @@ void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const St
       if (cost <= budget) {
         mask[id >> 5] |= uint32_t{1} << (id & 31);
         largest_cost = std::max(largest_cost, cost);
+        if (end_states != nullptr) {
+          if (ended.size() <= static_cast<size_t>(state)) ended.resize(dfa.num_states(), 0);
+          if (!ended[state]) {
+            ended[state] = 1;
+            end_states->push_back(state);
+          }
+        }
       }
       depth = len;
       ++i;
@@ -219,6 +247,53 @@ void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const St
   if (can_end)
     for (int32_t id : trie.end_ids) mask[id >> 5] |= uint32_t{1} << (id & 31);
   if (max_cost != nullptr) *max_cost = largest_cost;
+}
+
+}  // namespace
+
+void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const StackSet& stacks,
+                  std::span<uint32_t> mask, const std::vector<uint32_t>& min_rest, uint32_t budget,
+                  uint32_t* max_cost) {
+  thread_local LazyDfa dfa;
+  const int32_t start = dfa.reset(grammar, stacks);
+  walk_vocabulary(dfa, start, vocab, mask, min_rest, budget, max_cost, nullptr);
+}
+
+PrewarmStats prewarm_masks(const CompiledGrammar::Impl& impl, const PrewarmLimits& limits) {
+  const auto begin = std::chrono::steady_clock::now();
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  };
+  const size_t words = bitmask_words(impl.vocab->size());
+  // Half the cache at most: prewarmed masks must not push out each other or the served ones.
+  const size_t max_states =
+      std::min(limits.max_states, impl.cache.budget_bytes() / 2 / (words * sizeof(uint32_t)));
+  PrewarmStats stats;
+  LazyDfa dfa;  // one DFA for the whole search: later states reuse the steps of earlier ones
+  dfa.reset(*impl.grammar, impl.start);
+  std::unordered_set<MaskCache::Key, MaskCache::KeyHash> seen{state_key(impl.start)};
+  std::deque<StackSet> queue{impl.start};
+  std::vector<uint32_t> mask(words);
+  std::vector<int32_t> end_states;
+  // Breadth first: the states a decode meets first (shallow nesting) are cached first.
+  while (!queue.empty() && stats.states < max_states && elapsed() < limits.max_seconds &&
+         !(limits.stop != nullptr && limits.stop->load(std::memory_order_relaxed))) {
+    const StackSet stacks = std::move(queue.front());
+    queue.pop_front();
+    std::fill(mask.begin(), mask.end(), 0u);
+    uint32_t max_cost = 0;
+    walk_vocabulary(dfa, dfa.enter(stacks), *impl.vocab, mask, impl.min_rest, kNoBudget, &max_cost,
+                    &end_states);
+    impl.cache.insert(state_key(stacks), mask, max_cost);
+    ++stats.states;
+    for (int32_t state : end_states) {
+      StackSet next = dfa.stacks_of(state);
+      if (seen.insert(state_key(next)).second) queue.push_back(std::move(next));
+    }
+  }
+  stats.complete = queue.empty();
+  stats.seconds = elapsed();
+  return stats;
 }
 
 }  // namespace detail

@@ -18,8 +18,53 @@ std::shared_ptr<const model::grammar::TokenVocabulary> vocabulary_of(
                                                                  std::move(end_token_ids));
 }
 
-GrammarCache::GrammarCache(const model::Tokenizer& tokenizer, std::vector<int32_t> end_token_ids)
-    : tokenizer_(tokenizer), end_token_ids_(std::move(end_token_ids)) {}
+GrammarCache::GrammarCache(const model::Tokenizer& tokenizer, std::vector<int32_t> end_token_ids,
+                           model::grammar::PrewarmLimits prewarm)
+    : tokenizer_(tokenizer), end_token_ids_(std::move(end_token_ids)), prewarm_limits_(prewarm) {}
+
+GrammarCache::~GrammarCache() {
+  {
+    std::lock_guard lock(prewarm_mu_);
+    stopping_ = true;
+  }
+  prewarm_cv_.notify_all();
+  if (prewarm_thread_.joinable()) prewarm_thread_.join();
+}
+
+void GrammarCache::enqueue_prewarm(std::weak_ptr<const model::grammar::CompiledGrammar> compiled) {
+  if (prewarm_limits_.max_states == 0) return;
+  {
+    std::lock_guard lock(prewarm_mu_);
+    prewarm_queue_.push_back(std::move(compiled));
+    if (!prewarm_thread_.joinable()) prewarm_thread_ = std::thread([this] { prewarm_loop(); });
+  }
+  prewarm_cv_.notify_all();
+}
+
+void GrammarCache::prewarm_loop() {
+  model::grammar::PrewarmLimits limits = prewarm_limits_;
+  limits.stop = &stopping_;
+  std::unique_lock lock(prewarm_mu_);
+  while (true) {
+    prewarm_cv_.wait(lock, [&] { return stopping_ || !prewarm_queue_.empty(); });
+    if (stopping_) return;
+    std::shared_ptr<const model::grammar::CompiledGrammar> compiled = prewarm_queue_.front().lock();
+    prewarm_queue_.pop_front();
+    if (!compiled) continue;
+    prewarm_busy_ = true;
+    lock.unlock();
+    compiled->prewarm(limits);
+    compiled.reset();  // a grammar dropped from the cache meanwhile is freed here
+    lock.lock();
+    prewarm_busy_ = false;
+    prewarm_cv_.notify_all();
+  }
+}
+
+void GrammarCache::wait_for_prewarm() {
+  std::unique_lock lock(prewarm_mu_);
+  prewarm_cv_.wait(lock, [&] { return stopping_ || (prewarm_queue_.empty() && !prewarm_busy_); });
+}
 
 std::shared_ptr<const model::grammar::TokenVocabulary> GrammarCache::vocabulary() {
   std::lock_guard lock(mu_);
@@ -48,6 +93,7 @@ std::shared_ptr<const model::grammar::CompiledGrammar> GrammarCache::get(const s
     by_text_.erase(lru_.back().first);
     lru_.pop_back();
   }
+  enqueue_prewarm(compiled);
   return compiled;
 }
 

@@ -7,6 +7,7 @@
 // (longest allowed token); `us_per_step` is the time per step.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -155,6 +156,48 @@ BENCHMARK_CAPTURE(BM_Mask, json_llama2_warm, kJsonGrammar, false, true)
 BENCHMARK_CAPTURE(BM_Mask, json_150k_cold, kJsonGrammar, true, false)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Mask, json_150k_warm, kJsonGrammar, true, true)->Unit(benchmark::kMillisecond);
+
+// CompiledGrammar::prewarm: the time to cache every state reachable from the start (or as
+// many as its limits allow), then how many of the document's steps still miss the cache.
+void BM_Prewarm(benchmark::State& state, const char* grammar_text, bool big_vocab) {
+  static const auto llama2 = llama2_vocabulary();
+  static const auto big = synthetic_150k_vocabulary();
+  const auto vocab = big_vocab ? big : llama2;
+  const auto grammar = g::parse_gbnf(grammar_text);
+  std::shared_ptr<const g::CompiledGrammar> compiled;
+  g::PrewarmStats stats;
+  for (auto _ : state) {
+    state.PauseTiming();
+    compiled = g::CompiledGrammar::compile(grammar, vocab);
+    state.ResumeTiming();
+    stats = compiled->prewarm();
+  }
+  const std::vector<int32_t> tokens = greedy_tokens(*compiled, kDocument);
+  std::vector<uint32_t> mask(g::bitmask_words(vocab->size()));
+  g::GrammarMatcher m(compiled);
+  const size_t cached = compiled->cached_masks();
+  for (int32_t id : tokens) {
+    m.fill_next_token_bitmask(mask);
+    m.accept_token(id);
+  }
+  state.counters["states"] = static_cast<double>(stats.states);
+  state.counters["complete"] = stats.complete ? 1 : 0;
+  state.counters["us_per_state"] = 1e6 * stats.seconds / std::max<double>(1, stats.states);
+  state.counters["steps"] = static_cast<double>(tokens.size());
+  state.counters["step_misses"] = static_cast<double>(compiled->cached_masks() - cached);
+}
+BENCHMARK_CAPTURE(BM_Prewarm, schema_llama2, kSchemaGrammar, false)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
+BENCHMARK_CAPTURE(BM_Prewarm, schema_150k, kSchemaGrammar, true)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2);
+BENCHMARK_CAPTURE(BM_Prewarm, json_llama2, kJsonGrammar, false)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2);
+BENCHMARK_CAPTURE(BM_Prewarm, json_150k, kJsonGrammar, true)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 // The costliest cold mask: inside a JSON string nearly every token is allowed, so the walk
 // visits nearly the whole vocabulary.

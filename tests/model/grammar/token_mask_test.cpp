@@ -5,14 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
+#include <atomic>
 #include <map>
 #include <random>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "model/grammar/matcher_impl.h"
+#include "model/grammar/pushdown.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tests/model/grammar/grammar_test_util.h"
 #include "tests/test_paths.h"
@@ -180,6 +182,124 @@ TEST_P(TokenMask, EndTokensAndTermination) {
   m.fill_next_token_bitmask(mask);
   EXPECT_EQ(ids_of(mask), std::vector<int32_t>{});
   EXPECT_FALSE(m.accept_token(eos));
+}
+
+// A schema's grammar as the converter writes it: finite, but with free strings (escapes,
+// multi-byte characters) and a bounded repetition.
+const char* const kSchemaGrammar = R"(
+root ::= "{" ws "\"name\"" ws ":" ws string "," ws "\"age\"" ws ":" ws integer "," ws "\"tags\"" ws ":" ws "[" ws (string ("," ws string)*)? ws "]" ws "}"
+string ::= "\"" char* "\""
+char ::= [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
+integer ::= "-"? ([0-9] | [1-9] [0-9]{0,15})
+ws ::= " "?
+)";
+
+// The state after `bytes` from the start, as a matcher computes it.
+detail::StackSet stacks_after(const CompiledGrammar& compiled, std::string_view bytes) {
+  detail::PushdownArena arena(compiled.grammar());
+  arena.set_interning(true);
+  std::vector<uint32_t> heads;
+  arena.load(compiled.impl().start, heads);
+  size_t begin = 0;
+  for (char c : bytes) {
+    const size_t end = heads.size();
+    arena.advance(heads, begin, end, static_cast<uint8_t>(c));
+    begin = end;
+  }
+  return arena.extract(heads, begin, heads.size());
+}
+
+// Random walks of allowed tokens after a prewarm: every mask equals brute force; with
+// `all_cached`, no state the walks meet is missing from the cache (none is added).
+void check_prewarmed_walks(const std::shared_ptr<const CompiledGrammar>& compiled, bool all_cached,
+                           int walks, int steps, uint32_t seed) {
+#ifndef NDEBUG
+  walks = 1;
+  steps = std::min(steps, 4);
+#endif
+  const TokenVocabulary& vocab = compiled->vocabulary();
+  std::mt19937 rng(seed);
+  std::vector<uint32_t> mask(bitmask_words(vocab.size()));
+  for (int w = 0; w < walks; ++w) {
+    GrammarMatcher m(compiled);
+    for (int s = 0; s < steps && !m.is_terminated(); ++s) {
+      const size_t cached = compiled->cached_masks();
+      m.fill_next_token_bitmask(mask);
+      if (all_cached) EXPECT_EQ(compiled->cached_masks(), cached) << "walk " << w << " step " << s;
+      const std::vector<int32_t> allowed = ids_of(brute_force(m, vocab));
+      ASSERT_EQ(ids_of(mask), allowed) << "walk " << w << " step " << s;
+      if (allowed.empty()) break;
+      int32_t id = allowed[rng() % allowed.size()];
+      for (int tries = 0; tries < 5 && vocab.is_end_token(id); ++tries)
+        id = allowed[rng() % allowed.size()];
+      ASSERT_TRUE(m.accept_token(id));
+    }
+  }
+}
+
+TEST_P(TokenMask, PrewarmCachesEveryReachableStateOfAFiniteGrammar) {
+  auto compiled = CompiledGrammar::compile(parse_gbnf(kSchemaGrammar), vocab(GetParam()));
+  const PrewarmStats stats = compiled->prewarm();
+  EXPECT_TRUE(stats.complete);
+  EXPECT_GT(stats.states, 20u);
+  EXPECT_EQ(compiled->cached_masks(), stats.states);
+  check_prewarmed_walks(compiled, true, 3, 24, 7);
+  // The cached masks and completion costs (the budget's tail relies on them) are those a fresh
+  // walk finds, in states reached by tokens ending mid-string, mid-escape and mid-number.
+  std::vector<uint32_t> cached(bitmask_words(vocab(GetParam())->size()));
+  std::vector<uint32_t> fresh(cached.size());
+  for (const char* prefix :
+       {"", "{\"name\": \"Jo", "{ \"name\":\"\\u00", "{\"name\": \"\", \"age\": -1"}) {
+    const detail::StackSet stacks = stacks_after(*compiled, prefix);
+    uint32_t cached_cost = 0, fresh_cost = 0;
+    ASSERT_TRUE(compiled->impl().cache.lookup(detail::state_key(stacks), cached, &cached_cost))
+        << prefix;
+    std::fill(fresh.begin(), fresh.end(), 0u);
+    detail::compute_mask(compiled->grammar(), compiled->vocabulary(), stacks, fresh,
+                         compiled->impl().min_rest, detail::kNoBudget, &fresh_cost);
+    EXPECT_EQ(cached, fresh) << prefix;
+    EXPECT_EQ(cached_cost, fresh_cost) << prefix;
+  }
+}
+
+TEST_P(TokenMask, PrewarmStopsAtItsLimitsOnARecursiveGrammar) {
+  auto compiled = CompiledGrammar::compile(parse_gbnf(kJsonGrammar), vocab(GetParam()));
+  PrewarmLimits limits;
+  limits.max_states = 40;
+  const PrewarmStats stats = compiled->prewarm(limits);
+  EXPECT_FALSE(stats.complete);  // nesting has no end
+  EXPECT_EQ(stats.states, 40u);
+  EXPECT_EQ(compiled->cached_masks(), 40u);
+  // Once per compiled grammar: a second call returns the first's result and adds nothing.
+  limits.max_states = 80;
+  EXPECT_EQ(compiled->prewarm(limits).states, 40u);
+  EXPECT_EQ(compiled->cached_masks(), 40u);
+  check_prewarmed_walks(compiled, false, 2, 12, 8);  // states past the limit: computed on use
+}
+
+TEST_P(TokenMask, PrewarmHonoursItsStopFlag) {
+  auto compiled = CompiledGrammar::compile(parse_gbnf(kSchemaGrammar), vocab(GetParam()));
+  std::atomic<bool> stop{true};
+  PrewarmLimits limits;
+  limits.stop = &stop;
+  const PrewarmStats stats = compiled->prewarm(limits);
+  EXPECT_EQ(stats.states, 0u);
+  EXPECT_FALSE(stats.complete);
+  EXPECT_EQ(compiled->cached_masks(), 0u);
+}
+
+// The arena clears its sets once per byte: after a peak they must not keep its buckets (each
+// clear() walks them all; the brute-force tests ran 20x slower after an ambiguous grammar).
+TEST(ClearHash, LetsGoOfAnEarlierPeakButKeepsASteadySize) {
+  std::unordered_set<uint64_t> set;
+  for (uint64_t i = 0; i < 100000; ++i) set.insert(i);
+  detail::clear_hash(set);  // was full: cleared, buckets kept for the next such step
+  EXPECT_TRUE(set.empty());
+  EXPECT_GT(set.bucket_count(), 50000u);
+  set.insert(1);
+  detail::clear_hash(set);  // a small step after the peak: the buckets go
+  EXPECT_TRUE(set.empty());
+  EXPECT_LE(set.bucket_count(), 1024u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, TokenMask,
