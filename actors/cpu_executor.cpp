@@ -83,7 +83,7 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
     batch.add_sequence(seq.new_token_ids, seq.num_computed_tokens, seq.block_table,
                        device_cache_.block_size(), seq.sample ? 1 + seq.num_proposed_tokens : 0);
   }
-  const std::span<const float> logits = model_.forward(batch, device_cache_, logits_);
+  const std::span<const float> logits = model_.forward(batch, device_cache_, workspace_);
   output.times.forward_s = seconds_since(start);
 
   start = Clock::now();

@@ -44,9 +44,9 @@ class CpuExecutor final : public Executor {
   model::LlamaModel model_;
   model::PagedKvCache device_cache_;
   model::PagedKvCache cpu_cache_;
-  std::vector<float> logits_;             // reused every step (LlamaModel::forward's logits_buffer)
-  GrammarRowStates grammars_;             // matchers of constrained sequences, across steps
-  std::unique_ptr<DraftProposer> draft_;  // null unless attach_draft_model
+  model::LlamaModel::Workspace workspace_;  // reused every step
+  GrammarRowStates grammars_;               // matchers of constrained sequences, across steps
+  std::unique_ptr<DraftProposer> draft_;    // null unless attach_draft_model
 };
 
 }  // namespace pagedserve::actors

@@ -109,7 +109,7 @@ bool DraftProposer::propose(std::vector<ScheduledSequence>& seqs) {
       batch_rows.push_back(i);
     }
     if (batch_rows.empty()) break;
-    const std::span<const float> logits = model_.forward(batch, device_cache_, logits_);
+    const std::span<const float> logits = model_.forward(batch, device_cache_, workspace_);
     for (size_t r = 0; r < batch_rows.size(); ++r) {
       ScheduledSequence& seq = seqs[batch_rows[r]];
       seq.new_token_ids[static_cast<size_t>(k) + 1] =

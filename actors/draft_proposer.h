@@ -51,9 +51,9 @@ class DraftProposer {
   model::LlamaModel model_;
   model::PagedKvCache device_cache_;
   model::PagedKvCache cpu_cache_;
-  std::vector<float> logits_;
-  std::vector<float> scratch_;  // a row with its banned tokens removed
-  std::vector<float> q_;        // a row's distribution
+  model::LlamaModel::Workspace workspace_;  // reused every step
+  std::vector<float> scratch_;              // a row with its banned tokens removed
+  std::vector<float> q_;                    // a row's distribution
 };
 
 // True when the row (or some row of `seqs`) has draft-model proposal slots to fill.

@@ -60,10 +60,22 @@ bool mask_logits(const GrammarRowState& state, std::span<float> logits, size_t t
     return false;
   }
   constexpr float kNever = -std::numeric_limits<float>::infinity();
-  for (size_t id = 0; id < logits.size(); ++id) {
-    const bool allowed = id < vocab && ((bitmask[id / 32] >> (id % 32)) & 1u) != 0;
-    if (!allowed) logits[id] = kNever;
+  // A word at a time: inside a string nearly every word is all ones (nothing to do), between
+  // values nearly every word is zero (32 stores); only mixed words are read bit by bit.
+  const size_t covered = std::min(vocab, logits.size());
+  for (size_t first = 0; first < covered; first += 32) {
+    const uint32_t word = bitmask[first / 32];
+    const size_t end = std::min(first + 32, covered);
+    if (word == ~uint32_t{0} && end - first == 32) continue;
+    if (word == 0) {
+      std::fill(logits.begin() + first, logits.begin() + end, kNever);
+      continue;
+    }
+    for (size_t id = first; id < end; ++id) {
+      if (((word >> (id - first)) & 1u) == 0) logits[id] = kNever;
+    }
   }
+  std::fill(logits.begin() + covered, logits.end(), kNever);  // ids past the vocabulary
   return true;
 }
 

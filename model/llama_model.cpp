@@ -197,10 +197,9 @@ std::string LlamaModel::weight_format_summary() const {
 }
 
 std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& cache) const {
-  std::vector<float> logits;
-  const size_t size = forward(batch, cache, logits).size();
-  logits.resize(size);
-  return logits;
+  Workspace workspace;
+  const std::span<const float> logits = forward(batch, cache, workspace);
+  return std::vector<float>(logits.begin(), logits.end());
 }
 
 struct LlamaModel::Scratch {
@@ -213,8 +212,24 @@ struct LlamaModel::Scratch {
   std::vector<float> proj;         // a block's output [tokens, hidden]
   std::vector<float> rope_global;  // [tokens, rotary_dim]
   std::vector<float> rope_local;   // [tokens, rotary_dim], Gemma 3's local layers
+  std::vector<float> selected;     // the rows that produce logits [rows, hidden]
   kernels::PagedAttentionParams attention;
+
+  // The bytes the buffers hold on to.
+  size_t capacity_bytes() const {
+    size_t floats = 0;
+    for (const std::vector<float>* v : {&x, &h, &qkv, &q, &k, &v, &attn, &gate_up, &act, &proj,
+                                        &rope_global, &rope_local, &selected}) {
+      floats += v->capacity();
+    }
+    return floats * sizeof(float);
+  }
 };
+
+LlamaModel::Workspace::Workspace() = default;
+LlamaModel::Workspace::~Workspace() = default;
+LlamaModel::Workspace::Workspace(Workspace&&) noexcept = default;
+LlamaModel::Workspace& LlamaModel::Workspace::operator=(Workspace&&) noexcept = default;
 
 void LlamaModel::embed(const ForwardBatch& batch, Scratch& s) const {
   const ModelConfig& c = config_;
@@ -239,7 +254,7 @@ void LlamaModel::fill_rope_tables(const ForwardBatch& batch, Scratch& s) const {
   const ModelConfig& c = config_;
   const int rotary = c.rope_dims();
   const auto fill = [&](const RopeFrequencies& f, std::vector<float>& table) {
-    table.resize(static_cast<size_t>(s.num_tokens) * rotary);
+    table.assign(static_cast<size_t>(s.num_tokens) * rotary, 0.0f);
     if (f.plain) {
       kernels::rope_cos_sin(batch.positions.data(), s.num_tokens, rotary, c.rope_theta,
                             table.data(), pool_);
@@ -349,7 +364,7 @@ void LlamaModel::mlp_block(int l, Scratch& s) const {
 }
 
 std::span<const float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCache& cache,
-                                           std::vector<float>& logits_buffer) const {
+                                           Workspace& workspace) const {
   const ModelConfig& c = config_;
   const int num_tokens = batch.num_tokens();
   const int hidden = c.hidden_size;
@@ -360,19 +375,23 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCac
     throw std::logic_error("LlamaModel::forward: KV cache has the wrong number of layers");
   }
 
-  Scratch s;
+  if (!workspace.scratch_) workspace.scratch_ = std::make_unique<Scratch>();
+  Scratch& s = *workspace.scratch_;
   s.num_tokens = num_tokens;
   const auto tokens = static_cast<size_t>(num_tokens);
-  s.x.resize(tokens * hidden);
-  s.h.resize(tokens * hidden);
-  s.qkv.resize(tokens * (q_width + 2 * kv_width));
-  s.q.resize(tokens * q_width);
-  s.k.resize(tokens * kv_width);
-  s.v.resize(tokens * kv_width);
-  s.attn.resize(tokens * q_width);
-  s.gate_up.resize(tokens * 2 * ffn);
-  s.act.resize(tokens * ffn);
-  s.proj.resize(tokens * hidden);
+  // Zeroed as fresh vectors would be (every element is written before it is read, but the
+  // zeroing keeps each pass independent of the last for a few tens of microseconds), in the
+  // memory the last pass used: no page faults.
+  s.x.assign(tokens * hidden, 0.0f);
+  s.h.assign(tokens * hidden, 0.0f);
+  s.qkv.assign(tokens * (q_width + 2 * kv_width), 0.0f);
+  s.q.assign(tokens * q_width, 0.0f);
+  s.k.assign(tokens * kv_width, 0.0f);
+  s.v.assign(tokens * kv_width, 0.0f);
+  s.attn.assign(tokens * q_width, 0.0f);
+  s.gate_up.assign(tokens * 2 * ffn, 0.0f);
+  s.act.assign(tokens * ffn, 0.0f);
+  s.proj.assign(tokens * hidden, 0.0f);
   embed(batch, s);
   fill_rope_tables(batch, s);
 
@@ -403,8 +422,12 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCac
   // Only the rows that produce logits go through the final norm and the (large) LM head.
   const int num_out = static_cast<int>(batch.logits_indices.size());
   // A step of prompt chunks that are not a prompt's last samples nothing: no rows to norm.
-  if (num_out == 0) return {};
-  std::vector<float> selected(static_cast<size_t>(num_out) * hidden);
+  if (num_out == 0) {
+    release_if_large(workspace);
+    return {};
+  }
+  std::vector<float>& selected = s.selected;
+  selected.assign(static_cast<size_t>(num_out) * hidden, 0.0f);
   for (int r = 0; r < num_out; ++r) {
     std::copy_n(s.x.begin() + static_cast<size_t>(batch.logits_indices[r]) * hidden, hidden,
                 selected.begin() + static_cast<size_t>(r) * hidden);
@@ -412,13 +435,21 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCac
   kernels::rms_norm(selected.data(), final_norm_.data(), selected.data(), num_out, hidden,
                     c.rms_norm_eps);
   const size_t logits_size = static_cast<size_t>(num_out) * c.vocab_size;
-  if (logits_buffer.size() < logits_size) logits_buffer.resize(logits_size);
-  lm_head_.forward(selected.data(), logits_buffer.data(), num_out, pool_, isa_);
+  std::vector<float>& logits = workspace.logits_;
+  if (logits.size() < logits_size) logits.resize(logits_size);
+  lm_head_.forward(selected.data(), logits.data(), num_out, pool_, isa_);
   if (c.final_logit_softcap > 0.0f) {
-    kernels::soft_cap(logits_buffer.data(), static_cast<int64_t>(logits_size),
-                      c.final_logit_softcap, pool_, isa_);
+    kernels::soft_cap(logits.data(), static_cast<int64_t>(logits_size), c.final_logit_softcap,
+                      pool_, isa_);
   }
-  return std::span<const float>(logits_buffer.data(), logits_size);
+  release_if_large(workspace);
+  return std::span<const float>(logits.data(), logits_size);
+}
+
+void LlamaModel::release_if_large(Workspace& workspace) {
+  if (workspace.scratch_ && workspace.scratch_->capacity_bytes() > Workspace::kMaxKeptBytes) {
+    workspace.scratch_.reset();
+  }
 }
 
 }  // namespace pagedserve::model

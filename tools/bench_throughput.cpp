@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -31,6 +32,8 @@ const char* const kThroughputHelp =
     "  --json-schema FILE  constrain every output to this JSON schema (structured outputs)\n"
     "  --grammar FILE      constrain every output to this GBNF grammar\n"
     "                      (run with and without one: stage_sampling_s is the mask cost)\n"
+    "  --grammar-prewarm M background (as served: masks cached by a thread while the run\n"
+    "                      goes), before (cached before the timed run) or off\n"
     "Sampling (every request; seeds 0, 1, ... so runs repeat):\n"
     "With --batch B: prefill and decode speed against this machine's bandwidth and FMA peak\n"
     "(see `pagedserve bench throughput --batch 1 --help`).\n";
@@ -76,8 +79,8 @@ int run_bench_throughput(const std::vector<std::string>& args) {
     if (arg == "--batch" || arg.rfind("--batch=", 0) == 0) return run_bench_phases(args);
   }
   std::set<std::string> value_flags = kEngineValueFlags;
-  value_flags.insert(
-      {"num-requests", "prompt-tokens", "output-tokens", "seed", "json-schema", "grammar"});
+  value_flags.insert({"num-requests", "prompt-tokens", "output-tokens", "seed", "json-schema",
+                      "grammar", "grammar-prewarm"});
   value_flags.insert(kBenchSamplingFlags.begin(), kBenchSamplingFlags.end());
   std::set<std::string> bool_flags = kEngineBoolFlags;
   bool_flags.insert({"json", "help"});
@@ -95,15 +98,23 @@ int run_bench_throughput(const std::vector<std::string>& args) {
 
   actors::EngineOptions options;
   options.max_unfinished_requests = std::max(num_requests, 1);
+  const std::string prewarm_mode = flags.get("grammar-prewarm", "background");
+  if (prewarm_mode != "background" && prewarm_mode != "before" && prewarm_mode != "off") {
+    throw UsageError("--grammar-prewarm must be background, before or off");
+  }
   auto engine = actors::Engine::start(engine_config_from_flags(flags), options);
+  std::optional<net::GrammarCache> grammars;  // alive for the run: its thread prewarms
   if (!gbnf.empty()) {
-    net::GrammarCache grammars(engine->tokenizer(), engine->eos_token_ids());
+    model::grammar::PrewarmLimits prewarm;
+    if (prewarm_mode == "off") prewarm.max_states = 0;
+    grammars.emplace(engine->tokenizer(), engine->eos_token_ids(), prewarm);
     try {
-      sampling.grammar = grammars.get(gbnf);
+      sampling.grammar = grammars->get(gbnf);
     } catch (const std::exception& e) {
       engine->shutdown();
       throw UsageError(constraint + ": " + e.what());
     }
+    if (prewarm_mode == "before") grammars->wait_for_prewarm();
   }
 
   std::vector<actors::GenerateRequest> requests(num_requests);
@@ -137,6 +148,8 @@ int run_bench_throughput(const std::vector<std::string>& args) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const actors::EngineStats stats = engine->stats();
   engine->shutdown();
+  model::grammar::PrewarmStats prewarmed;
+  if (sampling.grammar && prewarm_mode != "off") prewarmed = sampling.grammar->prewarm();
 
   const double input_tokens = static_cast<double>(num_requests - failed) * prompt_tokens;
   nlohmann::ordered_json out = {
@@ -168,7 +181,12 @@ int run_bench_throughput(const std::vector<std::string>& args) {
       {"stage_copies_s", stats.stage_s.copies},
       {"stage_schedule_s", stats.stage_s.schedule},
       {"stage_process_outputs_s", stats.stage_s.process_outputs},
-      {"stage_detokenize_s", stats.stage_s.detokenize}};
+      {"stage_detokenize_s", stats.stage_s.detokenize},
+      {"grammar_prewarm",
+       sampling.grammar ? nlohmann::ordered_json(prewarm_mode) : nlohmann::ordered_json()},
+      {"grammar_prewarm_states", prewarmed.states},
+      {"grammar_prewarm_complete", prewarmed.complete},
+      {"grammar_prewarm_s", prewarmed.seconds}};
   if (flags.has("json")) {
     std::cout << out.dump() << "\n";
   } else {

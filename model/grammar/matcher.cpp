@@ -29,6 +29,7 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> token_bytes,
       while (common < s.size() && common < prev->size() && s[common] == (*prev)[common]) ++common;
     }
     trie_->lcp.push_back(common);
+    trie_->max_length = std::max(trie_->max_length, s.size());
     prev = &s;
   }
   for (int32_t id : end_ids_)
@@ -151,8 +152,7 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<uint32_t> bitmask,
   const MaskCache::Key key = detail::state_key(state_->stacks);
   uint32_t max_cost = 0;
   if (!impl.cache.lookup(key, bitmask, &max_cost)) {
-    detail::compute_mask(*impl.grammar, *impl.vocab, state_->stacks, bitmask, impl.min_rest,
-                         detail::kNoBudget, &max_cost);
+    detail::compute_mask(impl, state_->stacks, bitmask, detail::kNoBudget, &max_cost);
     impl.cache.insert(key, bitmask, max_cost);
   }
   if (max_bytes_after >= max_cost) return;  // no allowed token breaks the budget
@@ -161,7 +161,7 @@ void GrammarMatcher::fill_next_token_bitmask(std::span<uint32_t> bitmask,
   thread_local std::vector<uint32_t> budgeted;
   budgeted.assign(bitmask.size(), 0u);
   detail::compute_mask(
-      *impl.grammar, *impl.vocab, state_->stacks, budgeted, impl.min_rest,
+      impl, state_->stacks, budgeted,
       static_cast<uint32_t>(std::min<size_t>(max_bytes_after, detail::kNoBudget - 2)));
   if (std::any_of(budgeted.begin(), budgeted.end(), [](uint32_t w) { return w != 0; })) {
     std::copy(budgeted.begin(), budgeted.end(), bitmask.begin());

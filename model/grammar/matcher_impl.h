@@ -19,6 +19,7 @@ struct TokenVocabulary::Trie {
   std::vector<uint32_t> offsets;  // bytes of ids[i]: data[offsets[i], offsets[i + 1])
   std::string data;               // all bytes, in sorted order
   std::vector<uint32_t> lcp;      // common prefix length of i with i - 1 (0 for i = 0)
+  size_t max_length = 0;          // of the longest token
   std::vector<int32_t> end_ids;
 };
 
@@ -54,10 +55,37 @@ class MaskCache {
   size_t budget_bytes_;
 };
 
+namespace detail {
+
+class LazyDfa;  // token_mask.cpp
+struct LazyDfaDeleter {
+  void operator()(LazyDfa* dfa) const;
+};
+using LazyDfaPtr = std::unique_ptr<LazyDfa, LazyDfaDeleter>;
+
+// A compiled grammar's DFAs between mask walks (token_mask.cpp): a walk takes one (an idle one,
+// or a new one) and gives it back, so walks on several threads never share one. Bounded: a
+// DFA past kMaxKeptBytes is dropped, at most kMaxIdle are kept. Thread-safe.
+class DfaPool {
+ public:
+  static constexpr size_t kMaxKeptBytes = 4u << 20;
+  static constexpr size_t kMaxIdle = 4;
+  LazyDfaPtr take(const Grammar& grammar);
+  void give_back(LazyDfaPtr dfa);
+  void clear();  // benchmarks: the next walk starts from no DFA at all
+
+ private:
+  std::mutex mutex_;
+  std::vector<LazyDfaPtr> idle_;
+};
+
+}  // namespace detail
+
 struct CompiledGrammar::Impl {
   std::shared_ptr<const Grammar> grammar;
   std::shared_ptr<const TokenVocabulary> vocab;
   mutable MaskCache cache{64u << 20};  // shared by every matcher of this grammar
+  mutable detail::DfaPool dfas;        // likewise, the DFAs of the walks that fill it
   detail::StackSet start;              // the start state
   // Fewest bytes from each element position to the end of its alternative
   // (completion_cost.cpp): a state's shortest completion is its cheapest stack's sum.
@@ -86,6 +114,11 @@ inline constexpr uint32_t kNoBudget = UINT32_MAX;
 void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const StackSet& stacks,
                   std::span<uint32_t> mask, const std::vector<uint32_t>& min_rest,
                   uint32_t budget = kNoBudget, uint32_t* max_cost = nullptr);
+// The same with the compiled grammar's DFAs (DfaPool), which earlier walks have built: what
+// matchers use. The overload above builds its DFA from nothing on every call.
+void compute_mask(const CompiledGrammar::Impl& impl, const StackSet& stacks,
+                  std::span<uint32_t> mask, uint32_t budget = kNoBudget,
+                  uint32_t* max_cost = nullptr);
 
 // CompiledGrammar::prewarm's search (token_mask.cpp).
 PrewarmStats prewarm_masks(const CompiledGrammar::Impl& impl, const PrewarmLimits& limits);

@@ -1,9 +1,8 @@
-// Token mask time per decoding step for JSON grammars, cold (the mask cache cleared before every
-// step: the full vocabulary walk) and warm (every state seen before: a cache hit), on the Llama 2
-// vocabulary (32,000 ids) and on a synthetic 150,000-id vocabulary: the union of the four GGUF
-// test vocabularies (Llama 2 SPM, StarCoder, DeepSeek Coder, DeepSeek LLM; about 130k distinct
-// byte strings) padded with random 2-6 character strings mixing ASCII, Latin-1, CJK and emoji.
-// A step = fill_next_token_bitmask + accept_token along a fixed document, tokenized greedily
+// Token mask time per decoding step for JSON grammars, cold, uncached and warm (see Cache), on
+// the Llama 2 vocabulary (32,000 ids) and on a synthetic 150,000-id vocabulary: the union of the
+// four GGUF test vocabularies (Llama 2 SPM, StarCoder, DeepSeek Coder, DeepSeek LLM; about 130k
+// distinct byte strings) padded with random 2-6 character strings mixing ASCII, Latin-1, CJK and
+// emoji. A step = fill_next_token_bitmask + accept_token along a fixed document, tokenized greedily
 // (longest allowed token); `us_per_step` is the time per step.
 #include <benchmark/benchmark.h>
 
@@ -116,24 +115,30 @@ std::vector<int32_t> greedy_tokens(const g::CompiledGrammar& compiled, const std
   return out;
 }
 
-void BM_Mask(benchmark::State& state, const char* grammar_text, bool big_vocab, bool warm) {
+// cold: neither the masks nor the grammar's DFA known (the first request of a grammar, before
+// any prewarm); uncached: the masks cleared but the DFA that earlier walks built kept (a state
+// first met after others); warm: every mask cached.
+enum class Cache { kCold, kUncached, kWarm };
+
+void BM_Mask(benchmark::State& state, const char* grammar_text, bool big_vocab, Cache cache) {
   static const auto llama2 = llama2_vocabulary();
   static const auto big = synthetic_150k_vocabulary();
   const auto vocab = big_vocab ? big : llama2;
   const auto compiled = g::CompiledGrammar::compile(g::parse_gbnf(grammar_text), vocab);
   const std::vector<int32_t> tokens = greedy_tokens(*compiled, kDocument);
   std::vector<uint32_t> mask(g::bitmask_words(vocab->size()));
-  const auto walk = [&](bool clear) {
+  const auto walk = [&] {
     g::GrammarMatcher m(compiled);
     for (int32_t id : tokens) {
-      if (clear) compiled->impl().cache.clear();
+      if (cache != Cache::kWarm) compiled->impl().cache.clear();
+      if (cache == Cache::kCold) compiled->impl().dfas.clear();
       m.fill_next_token_bitmask(mask);
       benchmark::DoNotOptimize(mask.data());
       m.accept_token(id);
     }
   };
-  if (warm) walk(false);
-  for (auto _ : state) walk(!warm);
+  walk();  // the warm and uncached runs start with what one decode of the document leaves
+  for (auto _ : state) walk();
   state.counters["steps"] = static_cast<double>(tokens.size());
   state.counters["us_per_step"] = benchmark::Counter(
       static_cast<double>(tokens.size()) * 1e-6,
@@ -141,21 +146,16 @@ void BM_Mask(benchmark::State& state, const char* grammar_text, bool big_vocab, 
   state.counters["vocab"] = static_cast<double>(vocab->size());
 }
 
-BENCHMARK_CAPTURE(BM_Mask, schema_llama2_cold, kSchemaGrammar, false, false)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Mask, schema_llama2_warm, kSchemaGrammar, false, true)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Mask, schema_150k_cold, kSchemaGrammar, true, false)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Mask, schema_150k_warm, kSchemaGrammar, true, true)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Mask, json_llama2_cold, kJsonGrammar, false, false)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Mask, json_llama2_warm, kJsonGrammar, false, true)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Mask, json_150k_cold, kJsonGrammar, true, false)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Mask, json_150k_warm, kJsonGrammar, true, true)->Unit(benchmark::kMillisecond);
+#define PS_MASK_BENCH(name, grammar, big)                                     \
+  BENCHMARK_CAPTURE(BM_Mask, name##_cold, grammar, big, Cache::kCold)         \
+      ->Unit(benchmark::kMillisecond);                                        \
+  BENCHMARK_CAPTURE(BM_Mask, name##_uncached, grammar, big, Cache::kUncached) \
+      ->Unit(benchmark::kMillisecond);                                        \
+  BENCHMARK_CAPTURE(BM_Mask, name##_warm, grammar, big, Cache::kWarm)->Unit(benchmark::kMillisecond)
+PS_MASK_BENCH(schema_llama2, kSchemaGrammar, false);
+PS_MASK_BENCH(schema_150k, kSchemaGrammar, true);
+PS_MASK_BENCH(json_llama2, kJsonGrammar, false);
+PS_MASK_BENCH(json_150k, kJsonGrammar, true);
 
 // CompiledGrammar::prewarm: the time to cache every state reachable from the start (or as
 // many as its limits allow), then how many of the document's steps still miss the cache.
@@ -211,6 +211,7 @@ void BM_StringStateCold(benchmark::State& state, bool big_vocab) {
   std::vector<uint32_t> mask(g::bitmask_words(vocab->size()));
   for (auto _ : state) {
     compiled->impl().cache.clear();
+    compiled->impl().dfas.clear();
     m.fill_next_token_bitmask(mask);
     benchmark::DoNotOptimize(mask.data());
   }

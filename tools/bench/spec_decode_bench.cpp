@@ -148,7 +148,7 @@ double verify_cost_ratio(const std::filesystem::path& dir, int batch, int contex
   for (int s = 0; s < batch; ++s) {
     for (int b = 0; b < blocks; ++b) tables[s].push_back(s * blocks + b);
   }
-  std::vector<float> logits;
+  model::LlamaModel::Workspace workspace;
   auto step = [&](int tokens) {
     model::ForwardBatch fb;
     for (int s = 0; s < batch; ++s) {
@@ -156,7 +156,7 @@ double verify_cost_ratio(const std::filesystem::path& dir, int batch, int contex
                       block_size, tokens);
     }
     const auto start = std::chrono::steady_clock::now();
-    llama.forward(fb, cache, logits);
+    llama.forward(fb, cache, workspace);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   double one = 1e9, many = 1e9;
