@@ -101,8 +101,11 @@ using QuantTileFn = void (*)(const QuantizedActs& x, const QuantizedWeight& w, f
 void quant_tile_portable(const QuantizedActs& x, const QuantizedWeight& w, float* out, int ldo,
                          int tile);
 // The kernel matmul_quantized runs for `isa`: the ISA's kernel for the type where there is one,
-// else the portable kernel.
+// else, on AVX-512, the AVX2 one (AVX-512 without VNNI has no Q8_0 kernel; every SIMD kernel
+// gives the portable kernel's bits, so the choice never changes a result), else the portable
+// kernel. The VNNI flags are the CPU's (cpu_has_avx512_vnni, cpu_has_avx_vnni) unless given.
 QuantTileFn quant_tile_fn(QuantType type, Isa isa);
+QuantTileFn quant_tile_fn(QuantType type, Isa isa, bool avx512_vnni, bool avx_vnni);
 // AVX-512 kernels (quant_matmul_avx512.cpp): with VNNI's vpdpbusd, or with vpmaddubsw +
 // vpmaddwd (all types but Q8_0, whose quants reach 255); nullptr where there is none. Only for
 // CPUs with isa_supported(Isa::kAvx512) and, for vnni, cpu_has_avx512_vnni().

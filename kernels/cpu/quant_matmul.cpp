@@ -280,11 +280,18 @@ void quant_tile_portable(const QuantizedActs& x, const QuantizedWeight& w, float
   }
 }
 
-QuantTileFn quant_tile_fn(QuantType type, Isa isa) {
+QuantTileFn quant_tile_fn(QuantType type, Isa isa, bool avx512_vnni, bool avx_vnni) {
   QuantTileFn fn = nullptr;
-  if (isa == Isa::kAvx512) fn = quant_tile_avx512(type, cpu_has_avx512_vnni());
-  if (isa == Isa::kAvx2) fn = quant_tile_avx2(type, cpu_has_avx_vnni());
+  if (isa == Isa::kAvx512) fn = quant_tile_avx512(type, avx512_vnni);
+  // An AVX-512 CPU without VNNI (Skylake-SP) ran Q8_0 on the portable loop before this.
+  if (fn == nullptr && (isa == Isa::kAvx512 || isa == Isa::kAvx2)) {
+    fn = quant_tile_avx2(type, avx_vnni);
+  }
   return fn != nullptr ? fn : quant_tile_portable;
+}
+
+QuantTileFn quant_tile_fn(QuantType type, Isa isa) {
+  return quant_tile_fn(type, isa, cpu_has_avx512_vnni(), cpu_has_avx_vnni());
 }
 
 }  // namespace detail

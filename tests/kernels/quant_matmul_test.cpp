@@ -188,6 +188,19 @@ TEST(QuantMatmulTest, SimdTileKernelsMatchPortable) {
   }
 }
 
+// An AVX-512 CPU without VNNI gets a SIMD kernel for every type (Q8_0: the AVX2 one), not the
+// portable loop; the kernel test above holds each of them to the portable kernel's bits.
+TEST(QuantMatmulTest, Avx512WithoutVnniHasASimdKernelForEveryType) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512";
+  for (QuantType type : kAllQuantTypes) {
+    for (bool avx_vnni : {false, detail::cpu_has_avx_vnni()}) {
+      EXPECT_NE(detail::quant_tile_fn(type, Isa::kAvx512, false, avx_vnni),
+                &detail::quant_tile_portable)
+          << quant_type_name(type) << " avx-vnni " << avx_vnni;
+    }
+  }
+}
+
 // (c) Against double products: of the dequantized weights with the exactly reproduced
 // activations (only float accumulation separates them), and of the original floats (the
 // formats' rounding: the activations' half step plus the weights' measured error).
