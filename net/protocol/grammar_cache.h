@@ -28,8 +28,9 @@ class GrammarCache {
 
   // `tokenizer` outlives the cache; end_token_ids: the ids that end a sequence. Each grammar
   // compiled is prewarmed (CompiledGrammar::prewarm: the masks of the states its decoding can
-  // reach, cached ahead of use) within `prewarm` on a background thread, one grammar at a time,
-  // so the request that brought it waits for none of it; max_states 0 turns that off.
+  // reach, cached ahead of use) within `prewarm` on a background thread of lower priority
+  // (nice 10), one grammar at a time, so the request that brought it waits for none of it;
+  // max_states 0 turns that off.
   GrammarCache(const model::Tokenizer& tokenizer, std::vector<int32_t> end_token_ids,
                model::grammar::PrewarmLimits prewarm = {});
   ~GrammarCache();  // stops a prewarm under way and joins its thread
