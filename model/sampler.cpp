@@ -17,6 +17,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include "kernels/cpu/sampling_rows.h"
@@ -192,6 +193,27 @@ std::vector<int32_t> sample_top_k(std::span<const float> logits, const SamplingP
   return tokens;
 }
 
+// A masked row (a grammar's mask between JSON values, banned tokens) may leave only a few
+// tokens above -inf. Up to this many, they are collected and the sorted definition run on them
+// alone: exact, and cheaper than bucketing the whole row, whose float masses also decide such
+// rows poorly (the -inf tokens stretch the bucketed span to 48 nats).
+constexpr size_t kFewCandidates = 1024;
+
+// The tokens above -inf, scaled by the temperature and sorted, when there are at most
+// kFewCandidates of them (NaNs, never drawn, are not collected); nothing otherwise.
+std::optional<std::vector<Candidate>> few_candidates(std::span<const float> logits,
+                                                     float temperature) {
+  std::vector<Candidate> out;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] > -std::numeric_limits<float>::infinity()) {
+      if (out.size() == kFewCandidates) return std::nullopt;
+      out.push_back({logits[i] / temperature, static_cast<int32_t>(i)});
+    }
+  }
+  std::sort(out.begin(), out.end(), by_logit_desc);
+  return out;
+}
+
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 struct Draws {
@@ -216,6 +238,16 @@ Draws draw(std::span<const float> logits, const SamplingParams& params,
   // No finite maximum (every token banned, or an infinite or NaN row): no distribution to
   // sample; the first maximum, as greedy.
   if (!std::isfinite(range.max / params.temperature)) return first_max();
+  if (range.min == -std::numeric_limits<float>::infinity()) {
+    if (std::optional<std::vector<Candidate>> few = few_candidates(logits, params.temperature)) {
+      const size_t kept =
+          params.top_k > 0 ? std::min(few->size(), static_cast<size_t>(params.top_k)) : few->size();
+      Draws out{{}, kNaN, range.max};
+      for (double u : us)
+        out.tokens.push_back(sample_sorted(std::span(*few).first(kept), params, u));
+      return out;
+    }
+  }
   if (params.top_k > 0 && params.top_k < vocab) {
     return Draws{sample_top_k(logits, params, range, us), kNaN, range.max};
   }

@@ -141,6 +141,42 @@ TEST(SamplerReference, EveryDrawPicksTheFullSortsToken) {
   EXPECT_GT(draws, 2500);
 }
 
+// Masked rows (a grammar's mask): most tokens -inf, from a single one left to more than the
+// sampler's few-candidate limit (1,024), with every filter; and the logprob of the draw.
+TEST(SamplerReference, MaskedRowsMatchTheFullSort) {
+  std::mt19937 rng(1717);
+  const Filters filters[] = {{0, 1.0f, 0.0f}, {0, 0.9f, 0.0f}, {0, 1.0f, 0.1f}, {3, 0.8f, 0.0f}};
+  for (int left : {1, 2, 7, 300, 1024, 1025, 5000}) {
+    for (Shape shape : {Shape::kFlat, Shape::kGaussian, Shape::kPeaked}) {
+      const std::vector<float> full = make_row(32000, shape, rng);
+      std::vector<float> logits(full.size(), -std::numeric_limits<float>::infinity());
+      for (int i = 0; i < left; ++i) {
+        const size_t id = std::uniform_int_distribution<size_t>(0, full.size() - 1)(rng);
+        logits[id] = std::isfinite(full[id]) ? full[id] : 0.5f;
+      }
+      for (float temperature : {0.7f, 1.0f}) {
+        for (const Filters& f : filters) {
+          SamplingParams p;
+          p.temperature = temperature;
+          p.top_k = f.top_k;
+          p.top_p = f.top_p;
+          p.min_p = f.min_p;
+          for (int d = 0; d < 8; ++d) {
+            const uint64_t seed = rng();
+            const TokenLogprob t = sample_token_logprob(logits, p, seed, d);
+            ASSERT_EQ(t.token_id, reference_sample(logits, p, seed, d))
+                << "left " << left << " shape " << static_cast<int>(shape) << " T " << temperature
+                << " top_k " << f.top_k << " top_p " << f.top_p << " min_p " << f.min_p << " draw "
+                << d;
+            EXPECT_NEAR(t.logprob, token_logprob(logits, t.token_id), 1e-5);
+            EXPECT_TRUE(std::isfinite(logits[t.token_id]));
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(SamplerReference, DrawsNearTheTopOfTheRangeStillMatch) {
   // Seeds whose uniform lands in the last 1e-3 of [0, 1): the walk reaches the tail buckets.
   std::mt19937 rng(7);
