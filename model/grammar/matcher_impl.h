@@ -109,13 +109,9 @@ MaskCache::Key state_key(const StackSet& stacks);
 // whose bytes the automaton accepts, plus the end tokens when a stack is complete. With a
 // `budget`, only tokens after which the sentence can be completed in at most that many bytes
 // (min_rest: CompiledGrammar::Impl). `max_cost` (may be null): the largest shortest-completion
-// over the tokens allowed, so a cached mask tells whether a budget would change it.
+// over the tokens allowed, so a cached mask tells whether a budget would change it. The walk
+// uses one of the compiled grammar's DFAs (DfaPool), with the steps earlier walks built.
 inline constexpr uint32_t kNoBudget = UINT32_MAX;
-void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const StackSet& stacks,
-                  std::span<uint32_t> mask, const std::vector<uint32_t>& min_rest,
-                  uint32_t budget = kNoBudget, uint32_t* max_cost = nullptr);
-// The same with the compiled grammar's DFAs (DfaPool), which earlier walks have built: what
-// matchers use. The overload above builds its DFA from nothing on every call.
 void compute_mask(const CompiledGrammar::Impl& impl, const StackSet& stacks,
                   std::span<uint32_t> mask, uint32_t budget = kNoBudget,
                   uint32_t* max_cost = nullptr);

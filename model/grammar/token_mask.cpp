@@ -78,18 +78,8 @@ class LazyDfa {
   static constexpr int32_t kUnknown = -1;
   static constexpr int32_t kDead = -2;
 
-  // Forgets every state: serves `grammar` from scratch.
-  void reset(const Grammar& grammar) {
-    arena_.rebind(grammar);
-    arena_.set_interning(true);
-    clear_hash(state_ids_);
-    heads_.clear();
-    begin_.assign(1, 0);
-    next_.clear();
-    costs_.clear();
-    if (next_.capacity() > kKeptTables) next_.shrink_to_fit();  // a rare huge walk: let go
-    scratch_.clear();
-  }
+  // A DFA of `grammar` with no state yet (DfaPool keeps it for the grammar's later walks).
+  explicit LazyDfa(const Grammar& grammar) : arena_(grammar) { arena_.set_interning(true); }
 
   // Roughly the bytes it holds (the memo tables, the states' heads and the stack nodes).
   size_t memory_bytes() const {
@@ -158,7 +148,6 @@ class LazyDfa {
  private:
   static constexpr size_t kMaxTables = 1 << 14;  // states with a memo table (1 KiB each)
   static constexpr uint32_t kUnknownCost = kNoBudget - 1;
-  static constexpr size_t kKeptTables = 1 << 10;  // memory kept by the thread between walks
 
   // The state of the heads scratch_[from, end).
   int32_t intern(size_t from) {
@@ -176,7 +165,7 @@ class LazyDfa {
   PushdownArena arena_;
   std::unordered_map<std::vector<uint32_t>, int32_t, MaskCache::KeyHash> state_ids_;
   std::vector<uint32_t> heads_;  // heads of state s: [begin_[s], begin_[s + 1])
-  std::vector<uint32_t> begin_;
+  std::vector<uint32_t> begin_ = {0};
   std::vector<std::array<int32_t, 256>> next_;
   std::vector<uint32_t> scratch_;
   std::vector<uint32_t> costs_;  // cost() memo by state
@@ -267,9 +256,7 @@ LazyDfaPtr DfaPool::take(const Grammar& grammar) {
       return dfa;
     }
   }
-  LazyDfaPtr dfa(new LazyDfa);
-  dfa->reset(grammar);
-  return dfa;
+  return LazyDfaPtr(new LazyDfa(grammar));
 }
 
 void DfaPool::give_back(LazyDfaPtr dfa) {
@@ -281,14 +268,6 @@ void DfaPool::give_back(LazyDfaPtr dfa) {
 void DfaPool::clear() {
   std::lock_guard lock(mutex_);
   idle_.clear();
-}
-
-void compute_mask(const Grammar& grammar, const TokenVocabulary& vocab, const StackSet& stacks,
-                  std::span<uint32_t> mask, const std::vector<uint32_t>& min_rest, uint32_t budget,
-                  uint32_t* max_cost) {
-  thread_local LazyDfa dfa;
-  dfa.reset(grammar);
-  walk_vocabulary(dfa, dfa.enter(stacks), vocab, mask, min_rest, budget, max_cost, nullptr);
 }
 
 void compute_mask(const CompiledGrammar::Impl& impl, const StackSet& stacks,

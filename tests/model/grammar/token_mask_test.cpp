@@ -63,33 +63,42 @@ std::vector<int32_t> ids_of(const std::vector<uint32_t>& mask) {
   return ids;
 }
 
-// Walks `steps` random allowed tokens from the start, comparing the mask at every state.
-void check_random_walks(const std::string& gbnf, std::shared_ptr<const TokenVocabulary> vocab,
-                        int walks, int steps, uint32_t seed) {
+// Walks `steps` random allowed tokens from the start, comparing the mask at every state with
+// brute force. With `all_cached` (after a prewarm), no state the walks meet may be missing from
+// the cache: none is added.
+void check_random_walks(const std::shared_ptr<const CompiledGrammar>& compiled, int walks,
+                        int steps, uint32_t seed, bool all_cached = false) {
 #ifndef NDEBUG
   // Sanitizer (Debug) builds look for memory errors, not coverage: a shorter walk there; the
   // brute force costs a matcher copy per token and state.
   walks = 1;
   steps = std::min(steps, 4);
 #endif
-  auto compiled = CompiledGrammar::compile(parse_gbnf(gbnf), vocab);
+  const TokenVocabulary& vocab = compiled->vocabulary();
   std::mt19937 rng(seed);
-  std::vector<uint32_t> mask(bitmask_words(vocab->size()));
+  std::vector<uint32_t> mask(bitmask_words(vocab.size()));
   for (int w = 0; w < walks; ++w) {
     GrammarMatcher m(compiled);
     for (int s = 0; s < steps && !m.is_terminated(); ++s) {
+      const size_t cached = compiled->cached_masks();
       m.fill_next_token_bitmask(mask);
-      const std::vector<uint32_t> expected = brute_force(m, *vocab);
-      ASSERT_EQ(ids_of(mask), ids_of(expected)) << "walk " << w << " step " << s;
-      const std::vector<int32_t> allowed = ids_of(expected);
+      if (all_cached) EXPECT_EQ(compiled->cached_masks(), cached) << "walk " << w << " step " << s;
+      const std::vector<int32_t> allowed = ids_of(brute_force(m, vocab));
+      ASSERT_EQ(ids_of(mask), allowed) << "walk " << w << " step " << s;
       if (allowed.empty()) break;
       // Prefer ending late: skip end tokens most of the time.
       int32_t id = allowed[rng() % allowed.size()];
-      for (int tries = 0; tries < 5 && vocab->is_end_token(id); ++tries)
+      for (int tries = 0; tries < 5 && vocab.is_end_token(id); ++tries)
         id = allowed[rng() % allowed.size()];
       ASSERT_TRUE(m.accept_token(id));
     }
   }
+}
+
+void check_random_walks(const std::string& gbnf, std::shared_ptr<const TokenVocabulary> vocab,
+                        int walks, int steps, uint32_t seed) {
+  check_random_walks(CompiledGrammar::compile(parse_gbnf(gbnf), std::move(vocab)), walks, steps,
+                     seed);
 }
 
 class TokenMask : public ::testing::TestWithParam<std::string> {
@@ -209,41 +218,13 @@ detail::StackSet stacks_after(const CompiledGrammar& compiled, std::string_view 
   return arena.extract(heads, begin, heads.size());
 }
 
-// Random walks of allowed tokens after a prewarm: every mask equals brute force; with
-// `all_cached`, no state the walks meet is missing from the cache (none is added).
-void check_prewarmed_walks(const std::shared_ptr<const CompiledGrammar>& compiled, bool all_cached,
-                           int walks, int steps, uint32_t seed) {
-#ifndef NDEBUG
-  walks = 1;
-  steps = std::min(steps, 4);
-#endif
-  const TokenVocabulary& vocab = compiled->vocabulary();
-  std::mt19937 rng(seed);
-  std::vector<uint32_t> mask(bitmask_words(vocab.size()));
-  for (int w = 0; w < walks; ++w) {
-    GrammarMatcher m(compiled);
-    for (int s = 0; s < steps && !m.is_terminated(); ++s) {
-      const size_t cached = compiled->cached_masks();
-      m.fill_next_token_bitmask(mask);
-      if (all_cached) EXPECT_EQ(compiled->cached_masks(), cached) << "walk " << w << " step " << s;
-      const std::vector<int32_t> allowed = ids_of(brute_force(m, vocab));
-      ASSERT_EQ(ids_of(mask), allowed) << "walk " << w << " step " << s;
-      if (allowed.empty()) break;
-      int32_t id = allowed[rng() % allowed.size()];
-      for (int tries = 0; tries < 5 && vocab.is_end_token(id); ++tries)
-        id = allowed[rng() % allowed.size()];
-      ASSERT_TRUE(m.accept_token(id));
-    }
-  }
-}
-
 TEST_P(TokenMask, PrewarmCachesEveryReachableStateOfAFiniteGrammar) {
   auto compiled = CompiledGrammar::compile(parse_gbnf(kSchemaGrammar), vocab(GetParam()));
   const PrewarmStats stats = compiled->prewarm();
   EXPECT_TRUE(stats.complete);
   EXPECT_GT(stats.states, 20u);
   EXPECT_EQ(compiled->cached_masks(), stats.states);
-  check_prewarmed_walks(compiled, true, 3, 24, 7);
+  check_random_walks(compiled, 3, 24, 7, /*all_cached=*/true);
   // The cached masks and completion costs (the budget's tail relies on them) are those a fresh
   // walk finds, in states reached by tokens ending mid-string, mid-escape and mid-number.
   std::vector<uint32_t> cached(bitmask_words(vocab(GetParam())->size()));
@@ -255,8 +236,8 @@ TEST_P(TokenMask, PrewarmCachesEveryReachableStateOfAFiniteGrammar) {
     ASSERT_TRUE(compiled->impl().cache.lookup(detail::state_key(stacks), cached, &cached_cost))
         << prefix;
     std::fill(fresh.begin(), fresh.end(), 0u);
-    detail::compute_mask(compiled->grammar(), compiled->vocabulary(), stacks, fresh,
-                         compiled->impl().min_rest, detail::kNoBudget, &fresh_cost);
+    compiled->impl().dfas.clear();  // a walk from no DFA at all, not the prewarm's
+    detail::compute_mask(compiled->impl(), stacks, fresh, detail::kNoBudget, &fresh_cost);
     EXPECT_EQ(cached, fresh) << prefix;
     EXPECT_EQ(cached_cost, fresh_cost) << prefix;
   }
@@ -274,7 +255,7 @@ TEST_P(TokenMask, PrewarmStopsAtItsLimitsOnARecursiveGrammar) {
   limits.max_states = 80;
   EXPECT_EQ(compiled->prewarm(limits).states, 40u);
   EXPECT_EQ(compiled->cached_masks(), 40u);
-  check_prewarmed_walks(compiled, false, 2, 12, 8);  // states past the limit: computed on use
+  check_random_walks(compiled, 2, 12, 8);  // states past the limit: computed on use
 }
 
 TEST_P(TokenMask, PrewarmHonoursItsStopFlag) {
