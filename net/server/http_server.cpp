@@ -1,5 +1,6 @@
 // HttpServer (see http_server.h): the io_context and its threads, the listener (accept loop on
-// its own strand; each accepted socket gets a new strand and an HTTP session coroutine), the
+// its own thread; each accepted socket gets a new strand of the io_context and an HTTP session
+// coroutine), the
 // periodic engine log line, signal handling and the staged shutdown. start(), stop() and
 // run_until_signal() run on the controlling thread; everything else on the io threads.
 #include "net/server/http_server.h"
@@ -14,6 +15,9 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <condition_variable>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <csignal>
 #include <cstdio>
 #include <exception>
@@ -56,14 +60,18 @@ void start_session(const std::shared_ptr<ServerState>& state, tcp::socket socket
                  log_failure(state, "http session"));
 }
 
+// Runs on the listener's own thread, so that accepting never waits behind the io threads'
+// work: with the accept loop on the io thread (behind every SSE write and 429 queued there), a
+// loaded machine let the kernel's listen queue overflow and clients saw resets, lost SYNs and
+// connections closed before any answer instead of a 429. Accepted sockets queue on the io
+// context, where the server answers them, if late, as HTTP.
 asio::awaitable<void> accept_loop(std::shared_ptr<ServerState> state, tcp::acceptor& acceptor,
-                                  asio::ssl::context* tls) {
+                                  asio::io_context& sessions, asio::ssl::context* tls) {
   auto executor = co_await asio::this_coro::executor;
   acceptor.non_blocking(true);
   asio::steady_timer backoff(executor);
   while (acceptor.is_open()) {
-    auto [ec, socket] =
-        co_await acceptor.async_accept(asio::make_strand(acceptor.get_executor()), kTuple);
+    auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(sessions), kTuple);
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) break;
     if (ec) {  // e.g. out of file descriptors: back off instead of spinning
       state->log("accept failed: " + ec.message());
@@ -72,12 +80,9 @@ asio::awaitable<void> accept_loop(std::shared_ptr<ServerState> state, tcp::accep
       continue;
     }
     start_session(state, std::move(socket), tls);
-    // Take the connections already queued too (up to a bound, so one turn stays short): under
-    // load the io thread comes back here only after every write queued before it, and one
-    // accept per turn let the kernel's listen queue overflow in the 10-minute chaos soak
-    // (clients saw resets instead of answers or 429s).
+    // Take the connections already queued too (bounded, so a stop request is seen soon).
     for (int i = 0; i < kMaxAcceptsPerTurn; ++i) {
-      tcp::socket pending(asio::make_strand(acceptor.get_executor()));
+      tcp::socket pending(asio::make_strand(sessions));
       boost::system::error_code pending_ec;
       acceptor.accept(pending, pending_ec);  // non-blocking: would_block once the queue is empty
       if (pending_ec) break;
@@ -145,6 +150,22 @@ asio::awaitable<void> log_engine_stats(std::shared_ptr<ServerState> state) {
   }
 }
 
+// Every few seconds, glibc's free heap pages go back to the system. A burst of connections (a
+// chaos soak's clients arriving thousands at once) leaves the session frames and buffers it
+// freed scattered over every thread's arena, and without this the resident size keeps each
+// burst's high-water mark; with it, RSS follows the memory in use (and a leak stands out).
+asio::awaitable<void> release_free_memory(std::shared_ptr<ServerState> state) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  while (!state->stopping()) {
+    timer.expires_after(std::chrono::seconds(5));
+    auto [ec] = co_await timer.async_wait(kTuple);
+    if (ec) break;
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
+  }
+}
+
 tcp::endpoint resolve_endpoint(asio::io_context& ioc, const std::string& host, uint16_t port) {
   boost::system::error_code ec;
   const asio::ip::address address = asio::ip::make_address(host, ec);
@@ -190,7 +211,10 @@ struct HttpServer::Impl {
   // Declared after `state` and `tls`: destroyed first, with every coroutine frame it holds.
   std::optional<asio::io_context> ioc;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  // The listener: its own io_context and thread (see accept_loop).
+  std::optional<asio::io_context> accept_ioc;
   std::optional<tcp::acceptor> acceptor;
+  std::thread accept_thread;
   std::vector<std::thread> threads;
   std::mutex mu;
   std::condition_variable stop_requested_cv;
@@ -211,7 +235,8 @@ uint16_t HttpServer::start() {
   s.ioc.emplace(num_threads);
   s.work.emplace(s.ioc->get_executor());
   const tcp::endpoint endpoint = resolve_endpoint(*s.ioc, config.host, config.port);
-  s.acceptor.emplace(asio::make_strand(*s.ioc));
+  s.accept_ioc.emplace(1);
+  s.acceptor.emplace(*s.accept_ioc);
   boost::system::error_code ec;
   s.acceptor->open(endpoint.protocol(), ec);
   if (!ec) s.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
@@ -221,14 +246,18 @@ uint16_t HttpServer::start() {
     throw std::runtime_error("cannot listen on " + config.host + ":" + std::to_string(config.port) +
                              ": " + ec.message());
   }
-  asio::co_spawn(s.acceptor->get_executor(), accept_loop(s.state, *s.acceptor, s.tls.get()),
+  asio::co_spawn(*s.accept_ioc, accept_loop(s.state, *s.acceptor, *s.ioc, s.tls.get()),
                  log_failure(s.state, "listener"));
   if (config.stats_log_interval.count() > 0) {
     asio::co_spawn(asio::make_strand(*s.ioc), log_engine_stats(s.state),
                    log_failure(s.state, "stats logger"));
   }
+  asio::co_spawn(asio::make_strand(*s.ioc), release_free_memory(s.state),
+                 log_failure(s.state, "memory release"));
   for (int i = 0; i < num_threads; ++i) s.threads.emplace_back([&ioc = *s.ioc] { ioc.run(); });
-  return s.acceptor->local_endpoint().port();
+  const uint16_t port = s.acceptor->local_endpoint().port();
+  s.accept_thread = std::thread([&ioc = *s.accept_ioc] { ioc.run(); });
+  return port;
 }
 
 void HttpServer::run_until_signal() {
@@ -262,13 +291,15 @@ void HttpServer::stop() {
 void HttpServer::Impl::stop() {
   if (stopped || !ioc) return;
   stopped = true;
-  // 1. No new connections; idle ones close, busy ones close after their response.
+  // 1. No new connections; idle ones close, busy ones close after their response. The
+  // listener's thread ends with its accept loop.
   if (acceptor) {
-    asio::post(acceptor->get_executor(), [this] {
+    asio::post(*accept_ioc, [this] {
       boost::system::error_code ignored;
       acceptor->close(ignored);
     });
   }
+  if (accept_thread.joinable()) accept_thread.join();
   state->stop_connections(false);
   const auto drained = [this] { return state->num_connections() == 0; };
   if (!wait_until(drained, Clock::now() + state->config().drain_timeout)) {
@@ -286,6 +317,7 @@ void HttpServer::Impl::stop() {
   for (std::thread& thread : threads) thread.join();
   threads.clear();
   acceptor.reset();
+  accept_ioc.reset();
   ioc.reset();  // destroys the coroutine frames still suspended, on this thread
 }
 

@@ -3,7 +3,8 @@
 // stream (GET /v1/stream) for one in-process actors::Engine, over plain TCP or TLS. No Boost
 // or OpenSSL in this header (pimpl): Beast, Asio and OpenSSL live only in net/server/*.cpp.
 //
-// Threads: start() runs `num_io_threads` threads on one io_context; every connection runs on
+// Threads: start() runs the listener on a thread of its own and `num_io_threads` threads on one
+// io_context; every connection runs on
 // its own strand, and the engine's token callbacks (on the tokenizer thread) only post to that
 // strand. start(), run_until_signal() and stop() are called from one controlling thread
 // (never from an io thread).
