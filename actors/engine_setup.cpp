@@ -302,8 +302,9 @@ std::string check_request(std::span<const int32_t> prompt_token_ids,
            " (the prompt plus at least one generated token must fit)";
   }
   if (std::string problem = params.validate(); !problem.empty()) return problem;
-  // Grammar masks are applied by the CPU sampler only (actors/grammar_rows.h).
-  if (params.grammar && resolved.device != "cpu") {
+  // Grammar masks are applied by the CPU and CUDA samplers (actors/grammar_rows.h); the
+  // simulator draws no real tokens.
+  if (params.grammar && resolved.device != "cpu" && resolved.device != "cuda") {
     return "structured outputs (response_format, guided_*, grammar, required tool calls) need "
            "--device cpu; the " +
            resolved.device + " executor does not apply grammars yet";

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "kernels/cpu/sampling_rows.h"
 #include "model/sampling_params.h"
 
 namespace pagedserve::actors {
@@ -49,33 +50,19 @@ void GrammarRowStates::prune(uint64_t step_id) {
                 [&](const auto& entry) { return entry.second.last_step + kKeepSteps < step_id; });
 }
 
-bool mask_logits(const GrammarRowState& state, std::span<float> logits, size_t tokens_after) {
+bool next_token_bitmask(const GrammarRowState& state, size_t tokens_after,
+                        std::vector<uint32_t>& bitmask) {
   if (state.broken || !state.matcher || state.matcher->is_terminated()) return false;
-  const size_t vocab = state.vocab_size;
-  thread_local std::vector<uint32_t> bitmask;
-  bitmask.assign(model::grammar::bitmask_words(vocab), 0);
-  // One byte per token at worst: every byte has a token of its own.
+  bitmask.assign(model::grammar::bitmask_words(state.vocab_size), 0);
   state.matcher->fill_next_token_bitmask(bitmask, tokens_after);
-  if (std::all_of(bitmask.begin(), bitmask.end(), [](uint32_t word) { return word == 0; })) {
-    return false;
-  }
-  constexpr float kNever = -std::numeric_limits<float>::infinity();
-  // A word at a time: inside a string nearly every word is all ones (nothing to do), between
-  // values nearly every word is zero (32 stores); only mixed words are read bit by bit.
-  const size_t covered = std::min(vocab, logits.size());
-  for (size_t first = 0; first < covered; first += 32) {
-    const uint32_t word = bitmask[first / 32];
-    const size_t end = std::min(first + 32, covered);
-    if (word == ~uint32_t{0} && end - first == 32) continue;
-    if (word == 0) {
-      std::fill(logits.begin() + first, logits.begin() + end, kNever);
-      continue;
-    }
-    for (size_t id = first; id < end; ++id) {
-      if (((word >> (id - first)) & 1u) == 0) logits[id] = kNever;
-    }
-  }
-  std::fill(logits.begin() + covered, logits.end(), kNever);  // ids past the vocabulary
+  return std::any_of(bitmask.begin(), bitmask.end(), [](uint32_t word) { return word != 0; });
+}
+
+bool mask_logits(const GrammarRowState& state, std::span<float> logits, size_t tokens_after) {
+  thread_local std::vector<uint32_t> bitmask;
+  if (!next_token_bitmask(state, tokens_after, bitmask)) return false;
+  kernels::apply_token_bitmask(logits.data(), static_cast<int64_t>(logits.size()), bitmask.data(),
+                               static_cast<int64_t>(state.vocab_size));
   return true;
 }
 

@@ -45,6 +45,13 @@ class GrammarRowStates {
   std::unordered_map<uint64_t, GrammarRowState> states_;  // by seq_id
 };
 
+// The grammar's mask for the state's next token: bit id of `bitmask` (bitmask_words(
+// state.vocab_size) words) set exactly when the grammar allows token id next, with
+// `tokens_after` as in mask_logits. False when the state is broken or terminated or nothing at
+// all would be allowed (the row is then sampled unconstrained).
+bool next_token_bitmask(const GrammarRowState& state, size_t tokens_after,
+                        std::vector<uint32_t>& bitmask);
+
 // Sets to -inf the logits of every token the state's grammar does not allow next; ids past the
 // grammar's vocabulary are never allowed. `tokens_after`: how many more tokens the sequence may
 // draw after this one (max_tokens left): near the end only tokens that leave a completion short

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "actors/grammar_rows.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "model/llama_model.h"
 
@@ -117,6 +118,44 @@ class UploadPack {
   std::vector<char> bytes_;
 };
 
+// The grammar masks of a step's constrained rows (structured outputs), computed on the host
+// while the device still runs the forward pass, and applied by kc::apply_token_bitmask before
+// any other sampling kernel reads the logits.
+struct StepMasks {
+  int words_per_row = 0;
+  std::vector<int32_t> rows;
+  std::vector<int32_t> allowed_ids;
+  std::vector<uint32_t> words;  // [rows.size(), words_per_row]
+
+  // Adds row `row`'s mask from `state` (synced to the sequence's output). Returns whether the
+  // row's banned tokens still apply: not when the grammar allows only banned tokens (it is
+  // complete and EOS is banned), where the grammar wins, as in the CPU sampler.
+  bool add(const GrammarRowState& state, const ScheduledSequence& seq, int row, int vocab) {
+    const int64_t left =
+        int64_t{seq.sampling->max_tokens} - static_cast<int64_t>(seq.sample_step) - 1;
+    thread_local std::vector<uint32_t> mask;
+    if (!next_token_bitmask(state, static_cast<size_t>(std::max<int64_t>(left, 0)), mask)) {
+      return true;  // broken, terminated or nothing allowed: sampled unconstrained
+    }
+    const int allowed = static_cast<int>(std::min<size_t>(state.vocab_size, vocab));
+    rows.push_back(row);
+    allowed_ids.push_back(allowed);
+    const size_t first = words.size();
+    words.resize(first + words_per_row, 0);
+    std::copy_n(mask.begin(), std::min<size_t>(mask.size(), words_per_row), words.begin() + first);
+    const auto is_allowed = [&](int32_t id) {
+      return id >= 0 && id < allowed && ((mask[id / 32] >> (id % 32)) & 1u) != 0;
+    };
+    for (int32_t id = 0; id < allowed; ++id) {
+      if (is_allowed(id) && std::find(seq.banned_token_ids.begin(), seq.banned_token_ids.end(),
+                                      id) == seq.banned_token_ids.end()) {
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
 DType parse_weight_dtype(const std::string& name, const std::string& torch_dtype) {
   const std::string n = name == "auto" ? (torch_dtype.empty() ? "float32" : torch_dtype) : name;
   if (n == "float32" || n == "float") return DType::kFloat32;
@@ -200,6 +239,7 @@ struct CudaExecutor::Impl {
   DeviceBuffer sort_keys_in, sort_keys_out, sort_ids_in, sort_ids_out, sort_offsets, sort_temp;
   DeviceBuffer metadata, sample_metadata;
   PinnedBuffer metadata_pinned, sample_metadata_pinned, results_pinned;
+  GrammarRowStates grammars;  // matchers of constrained sequences, kept across steps
 
   ~Impl() {
     if (compute) cudaStreamSynchronize(compute);
@@ -647,6 +687,9 @@ StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
     int k;
   };
   std::vector<TopRequest> tops;
+  StepMasks masks;
+  masks.words_per_row = static_cast<int>(model::grammar::bitmask_words(vocab));
+  std::vector<GrammarRowState*> row_grammars;  // [row], null when unconstrained
   int row = 0;
   for (size_t i = 0; i < input.seqs.size(); ++i) {
     const ScheduledSequence& seq = input.seqs[i];
@@ -656,7 +699,10 @@ StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
                                   " samples but has no sampling params");
     }
     const model::SamplingParams& p = *seq.sampling;
-    if (!seq.banned_token_ids.empty() || p.has_penalties()) {
+    GrammarRowState* grammar = p.grammar ? &grammars.sync(seq, input.step_id) : nullptr;
+    row_grammars.push_back(grammar);
+    const bool bans_apply = grammar == nullptr || masks.add(*grammar, seq, row, vocab);
+    if ((bans_apply && !seq.banned_token_ids.empty()) || p.has_penalties()) {
       std::map<int32_t, kc::LogitAdjustment> by_token;
       auto entry = [&](int32_t id) -> kc::LogitAdjustment& {
         kc::LogitAdjustment& a = by_token[id];
@@ -678,8 +724,10 @@ StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
         for (int32_t id : seq.penalty_output_ids)
           if (in_vocab(id)) ++entry(id).count;
       }
-      for (int32_t id : seq.banned_token_ids)
-        if (in_vocab(id)) entry(id).banned = 1;
+      if (bans_apply) {
+        for (int32_t id : seq.banned_token_ids)
+          if (in_vocab(id)) entry(id).banned = 1;
+      }
       for (const auto& [id, a] : by_token) adjustments.push_back(a);
     }
     if (!p.is_greedy() && !seq.sample_seeds.empty()) {
@@ -707,6 +755,8 @@ StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
     ++row;
   }
 
+  grammars.prune(input.step_id);
+
   const int num_segments = static_cast<int>(seg_rows.size());
   const int num_draws = static_cast<int>(draws.size());
   reserve_sort(num_segments);
@@ -721,10 +771,19 @@ StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
   std::vector<int32_t> all_rows(num_rows);
   for (int r = 0; r < num_rows; ++r) all_rows[r] = r;
   const size_t off_all_rows = pack.add(all_rows);
+  const size_t off_mask_rows = pack.add(masks.rows);
+  const size_t off_mask_allowed = pack.add(masks.allowed_ids);
+  const size_t off_mask_words = pack.add(masks.words);
   pack.upload(sample_metadata_pinned, sample_metadata, compute);
   const char* md = sample_metadata.get<char>();
 
   float* lg = logits.get<float>();
+  check_cuda(kc::apply_token_bitmask(
+                 lg, vocab, reinterpret_cast<const int32_t*>(md + off_mask_rows),
+                 reinterpret_cast<const uint32_t*>(md + off_mask_words), masks.words_per_row,
+                 reinterpret_cast<const int32_t*>(md + off_mask_allowed),
+                 static_cast<int>(masks.rows.size()), compute),
+             "apply_token_bitmask");
   check_cuda(
       kc::adjust_logits(lg, vocab, reinterpret_cast<const kc::LogitAdjustment*>(md + off_adj),
                         static_cast<int>(adjustments.size()), compute),
@@ -803,6 +862,9 @@ StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
       for (size_t n = 0; n < seq.sample_seeds.size(); ++n, ++draw) {
         out.samples.push_back({h_draw_tokens[draw], h_draw_lp[draw]});
       }
+    }
+    if (row_grammars[row] != nullptr) {
+      out.grammar_ended = advance_on_draws(*row_grammars[row], out.samples);
     }
     if (top_index < tops.size() && tops[top_index].seq == i) {
       const TopRequest& t = tops[top_index++];

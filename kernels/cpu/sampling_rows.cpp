@@ -296,4 +296,25 @@ int64_t collect_buckets(const uint8_t* bucket, int64_t n, int lo, int hi, int32_
   return count;
 }
 
+void apply_token_bitmask(float* x, int64_t n, const uint32_t* bitmask, int64_t allowed_ids) {
+  assert(x != nullptr && n >= 0 && allowed_ids >= 0);
+  constexpr float kNever = -std::numeric_limits<float>::infinity();
+  const int64_t covered = std::min(n, allowed_ids);
+  // A word at a time: inside a JSON string nearly every word is all ones (nothing to do),
+  // between values nearly every word is zero (32 stores); only mixed words go bit by bit.
+  for (int64_t first = 0; first < covered; first += 32) {
+    const uint32_t word = bitmask[first / 32];
+    const int64_t end = std::min(first + 32, covered);
+    if (word == ~uint32_t{0}) continue;
+    if (word == 0) {
+      std::fill(x + first, x + end, kNever);
+      continue;
+    }
+    for (int64_t i = first; i < end; ++i) {
+      if (((word >> (i - first)) & 1u) == 0) x[i] = kNever;
+    }
+  }
+  std::fill(x + covered, x + n, kNever);
+}
+
 }  // namespace pagedserve::kernels

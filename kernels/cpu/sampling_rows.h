@@ -62,4 +62,10 @@ double exp_histogram(const ExpHistogramParams& params, Isa isa = best_isa());
 int64_t collect_buckets(const uint8_t* bucket, int64_t n, int lo, int hi, int32_t* out,
                         Isa isa = best_isa());
 
+// A grammar's token mask applied to one row: x[i] = -inf for every i < n whose bit
+// (bitmask[i / 32] >> (i % 32)) & 1 is clear, and for every i >= allowed_ids (ids past the
+// grammar's vocabulary, which it never allows); other elements are untouched. bitmask has
+// (min(n, allowed_ids) + 31) / 32 words. The CPU twin of kernels/cuda's apply_token_bitmask.
+void apply_token_bitmask(float* x, int64_t n, const uint32_t* bitmask, int64_t allowed_ids);
+
 }  // namespace pagedserve::kernels

@@ -144,6 +144,15 @@ struct LogitAdjustment {
 cudaError_t adjust_logits(float* logits, int vocab, const LogitAdjustment* adjustments, int count,
                           cudaStream_t stream);
 
+// Grammar masks (structured outputs), the twin of kernels::apply_token_bitmask: for each m <
+// num_masked, row rows[m] of logits ([*, vocab]) gets -inf at every id whose bit in
+// bitmasks[m * words_per_row ...] is clear and at every id >= allowed_ids[m] (past the
+// grammar's vocabulary). words_per_row >= (min(vocab, allowed_ids[m]) + 31) / 32. Rows must
+// be distinct. All pointers are device pointers.
+cudaError_t apply_token_bitmask(float* logits, int vocab, const int32_t* rows,
+                                const uint32_t* bitmasks, int words_per_row,
+                                const int32_t* allowed_ids, int num_masked, cudaStream_t stream);
+
 // Sorting for non-greedy sampling and for top logprobs: segment s holds row seg_rows[s] of
 // `logits`, each divided by seg_temperatures[s], sorted in descending order with ties in
 // ascending id order (a stable radix sort), exactly the CPU sampler's candidate order.

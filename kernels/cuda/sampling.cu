@@ -89,6 +89,19 @@ __global__ void adjust_logits_kernel(float* logits, int vocab, const LogitAdjust
   if (a.banned) l = -INFINITY;
 }
 
+// One grid row (blockIdx.y) per masked row, one thread per logit: a grammar's bitmask is
+// tiny next to the row, so each thread reads its word (cached) and clears its own logit.
+__global__ void apply_token_bitmask_kernel(float* logits, int vocab, const int32_t* rows,
+                                           const uint32_t* bitmasks, int words_per_row,
+                                           const int32_t* allowed_ids) {
+  const int m = blockIdx.y;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= vocab) return;
+  const uint32_t* mask = bitmasks + static_cast<int64_t>(m) * words_per_row;
+  const bool allowed = i < allowed_ids[m] && ((__ldg(mask + i / 32) >> (i % 32)) & 1u) != 0;
+  if (!allowed) logits[static_cast<int64_t>(rows[m]) * vocab + i] = -INFINITY;
+}
+
 __global__ void fill_sort_input_kernel(const float* logits, int vocab, const int32_t* seg_rows,
                                        const float* seg_temperatures, int num_segments, float* keys,
                                        int32_t* ids, int32_t* offsets) {
@@ -233,6 +246,16 @@ cudaError_t adjust_logits(float* logits, int vocab, const LogitAdjustment* adjus
                           cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   adjust_logits_kernel<<<(count + 255) / 256, 256, 0, stream>>>(logits, vocab, adjustments, count);
+  return cudaGetLastError();
+}
+
+cudaError_t apply_token_bitmask(float* logits, int vocab, const int32_t* rows,
+                                const uint32_t* bitmasks, int words_per_row,
+                                const int32_t* allowed_ids, int num_masked, cudaStream_t stream) {
+  if (num_masked == 0) return cudaSuccess;
+  const dim3 grid((vocab + kThreads - 1) / kThreads, num_masked);
+  apply_token_bitmask_kernel<<<grid, kThreads, 0, stream>>>(logits, vocab, rows, bitmasks,
+                                                            words_per_row, allowed_ids);
   return cudaGetLastError();
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/sampling_rows.h"
 #include "model/sampler.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -478,6 +479,38 @@ TEST(CudaSampling, PenaltiesAndBansMatchCpu) {
   check(kc::adjust_logits(dlogits.get(), vocab, dadj.get(), static_cast<int>(adjustments.size()),
                           nullptr),
         "adjust_logits");
+  EXPECT_EQ(dlogits.download(), expected);
+}
+
+// Grammar masks on three of five rows (sparse, dense, and one whose grammar vocabulary is
+// shorter than the row), against the CPU twin row by row; unmasked rows stay as they were.
+TEST(CudaSampling, TokenBitmaskMatchesCpu) {
+  PAGEDSERVE_REQUIRE_GPU();
+  std::mt19937 rng(9);
+  const int rows = 5, vocab = 32003;
+  const int words = (vocab + 31) / 32;
+  const std::vector<float> logits = random_logits(rng, rows, vocab);
+  const std::vector<int32_t> masked_rows = {4, 1, 2};
+  const std::vector<int32_t> allowed_ids = {vocab, vocab, 30000};
+  const std::vector<double> densities = {0.01, 0.9, 0.5};
+  std::vector<uint32_t> bitmasks(masked_rows.size() * words, 0);
+  for (size_t m = 0; m < masked_rows.size(); ++m) {
+    std::bernoulli_distribution bit(densities[m]);
+    for (int i = 0; i < words * 32; ++i) {
+      if (bit(rng)) bitmasks[m * words + i / 32] |= 1u << (i % 32);
+    }
+  }
+  std::vector<float> expected = logits;
+  for (size_t m = 0; m < masked_rows.size(); ++m) {
+    kernels::apply_token_bitmask(expected.data() + static_cast<size_t>(masked_rows[m]) * vocab,
+                                 vocab, bitmasks.data() + m * words, allowed_ids[m]);
+  }
+  DeviceArray<float> dlogits(logits);
+  DeviceArray<int32_t> drows(masked_rows), dallowed(allowed_ids);
+  DeviceArray<uint32_t> dmasks(bitmasks);
+  check(kc::apply_token_bitmask(dlogits.get(), vocab, drows.get(), dmasks.get(), words,
+                                dallowed.get(), static_cast<int>(masked_rows.size()), nullptr),
+        "apply_token_bitmask");
   EXPECT_EQ(dlogits.download(), expected);
 }
 

@@ -245,5 +245,36 @@ TEST(SamplingRows, CollectBucketsFindsExactlyTheRange) {
   }
 }
 
+// Masks of every kind a grammar produces (all ones, all zeros, sparse, dense, mixed words),
+// on rows shorter than, equal to and longer than the grammar's vocabulary, against the
+// definition read one bit per id.
+TEST(SamplingRows, TokenBitmaskSetsExactlyTheDisallowedIdsToMinusInfinity) {
+  std::mt19937 rng(11);
+  for (int64_t allowed_ids : {1, 31, 32, 33, 1000, 4099}) {
+    for (int64_t n : {allowed_ids - 1, allowed_ids, allowed_ids + 40}) {
+      if (n < 1) continue;
+      for (double density : {0.0, 0.02, 0.5, 0.98, 1.0}) {
+        const int64_t words = (std::min(n, allowed_ids) + 31) / 32;
+        std::vector<uint32_t> mask(static_cast<size_t>(words), 0);
+        std::bernoulli_distribution bit(density);
+        for (int64_t i = 0; i < words * 32; ++i) {
+          if (bit(rng)) mask[i / 32] |= 1u << (i % 32);
+        }
+        const std::vector<float> before = row(rng, n, 2.0f, true);
+        std::vector<float> x = before;
+        apply_token_bitmask(x.data(), n, mask.data(), allowed_ids);
+        for (int64_t i = 0; i < n; ++i) {
+          const bool allowed = i < allowed_ids && ((mask[i / 32] >> (i % 32)) & 1u) != 0;
+          if (allowed) {
+            ASSERT_EQ(x[i], before[i]) << "id " << i << " of " << n;
+          } else {
+            ASSERT_EQ(x[i], -kInf) << "id " << i << " of " << n << ", vocab " << allowed_ids;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pagedserve::kernels
