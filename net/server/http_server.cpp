@@ -241,7 +241,11 @@ uint16_t HttpServer::start() {
   s.acceptor->open(endpoint.protocol(), ec);
   if (!ec) s.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) s.acceptor->bind(endpoint, ec);
-  if (!ec) s.acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (!ec) {
+    s.acceptor->listen(config.listen_backlog > 0 ? config.listen_backlog
+                                                 : asio::socket_base::max_listen_connections,
+                       ec);
+  }
   if (ec) {
     throw std::runtime_error("cannot listen on " + config.host + ":" + std::to_string(config.port) +
                              ": " + ec.message());

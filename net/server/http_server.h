@@ -67,6 +67,8 @@ struct HttpServerConfig {
   // requests (blocks freed at once) and ends the stream with a "slow_reader" error event.
   size_t sse_max_queued_events = 4096;
   int num_io_threads = 1;
+  // The kernel's queue of connections not yet accepted (listen(2)); 0: the system's maximum.
+  int listen_backlog = 0;
   std::chrono::milliseconds stats_log_interval{10000};  // periodic engine line; 0: off
   // The playground page (GET /, GET /ui/*; docs/playground.md), open without a key: it asks
   // for one. false (--no-ui): those paths are 404 like any unknown path.

@@ -278,8 +278,13 @@ TestServer::TestServer(HttpServerConfig config, int max_num_seqs, int num_kv_blo
   config.host = "127.0.0.1";
   config.port = 0;
   config.log = [this](std::string_view line) {
-    std::lock_guard lock(log_mu_);
-    log_.emplace_back(line);
+    std::function<void()> hook;
+    {
+      std::lock_guard lock(log_mu_);
+      log_.emplace_back(line);
+      hook = log_hook_;
+    }
+    if (hook) hook();
   };
   server_ = std::make_unique<HttpServer>(*engine_, std::move(config));
   port_ = server_->start();
@@ -288,6 +293,11 @@ TestServer::TestServer(HttpServerConfig config, int max_num_seqs, int num_kv_blo
 TestServer::~TestServer() {
   server_.reset();
   engine_->shutdown();
+}
+
+void TestServer::set_log_hook(std::function<void()> hook) {
+  std::lock_guard lock(log_mu_);
+  log_hook_ = std::move(hook);
 }
 
 std::vector<std::string> TestServer::log_lines() const {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -99,12 +100,15 @@ class TestServer {
   actors::Engine& engine() { return *engine_; }
   HttpServer& server() { return *server_; }
   std::vector<std::string> log_lines() const;
+  // Called on the logging (io) thread after each log line is kept; a test may block in it.
+  void set_log_hook(std::function<void()> hook);
   // Polls the engine until no request is unfinished and every KV block is free.
   bool wait_until_idle(std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
  private:
   mutable std::mutex log_mu_;
   std::vector<std::string> log_;
+  std::function<void()> log_hook_;
   std::unique_ptr<actors::Engine> engine_;
   std::unique_ptr<HttpServer> server_;
   uint16_t port_ = 0;
