@@ -8,30 +8,56 @@
 
 namespace pagedserve::model::grammar {
 
+namespace {
+
+// The trie of `ids` (sorted here by their bytes).
+std::unique_ptr<TokenVocabulary::Trie> build_trie(const std::vector<std::string>& bytes,
+                                                  std::vector<int32_t> ids) {
+  auto trie = std::make_unique<TokenVocabulary::Trie>();
+  trie->ids = std::move(ids);
+  std::sort(trie->ids.begin(), trie->ids.end(),
+            [&](int32_t a, int32_t b) { return bytes[a] < bytes[b]; });
+  trie->offsets.push_back(0);
+  const std::string* prev = nullptr;
+  for (int32_t id : trie->ids) {
+    const std::string& s = bytes[id];
+    trie->data += s;
+    trie->offsets.push_back(static_cast<uint32_t>(trie->data.size()));
+    uint32_t common = 0;
+    if (prev) {
+      while (common < s.size() && common < prev->size() && s[common] == (*prev)[common]) ++common;
+    }
+    trie->lcp.push_back(common);
+    trie->max_length = std::max(trie->max_length, s.size());
+    prev = &s;
+  }
+  return trie;
+}
+
+}  // namespace
+
 TokenVocabulary::TokenVocabulary(std::vector<std::string> token_bytes,
                                  std::vector<int32_t> end_token_ids)
     : bytes_(std::move(token_bytes)), end_ids_(std::move(end_token_ids)) {
   std::sort(end_ids_.begin(), end_ids_.end());
   end_ids_.erase(std::unique(end_ids_.begin(), end_ids_.end()), end_ids_.end());
-  trie_ = std::make_unique<Trie>();
-  for (int32_t id = 0; id < static_cast<int32_t>(bytes_.size()); ++id)
-    if (!bytes_[id].empty() && !is_end_token(id)) trie_->ids.push_back(id);
-  std::sort(trie_->ids.begin(), trie_->ids.end(),
-            [&](int32_t a, int32_t b) { return bytes_[a] < bytes_[b]; });
-  trie_->offsets.push_back(0);
-  const std::string* prev = nullptr;
-  for (int32_t id : trie_->ids) {
-    const std::string& s = bytes_[id];
-    trie_->data += s;
-    trie_->offsets.push_back(static_cast<uint32_t>(trie_->data.size()));
-    uint32_t common = 0;
-    if (prev) {
-      while (common < s.size() && common < prev->size() && s[common] == (*prev)[common]) ++common;
+  std::vector<int32_t> ids, rest_ids;
+  std::vector<uint32_t> content(bitmask_words(bytes_.size()), 0);
+  bool has_content = false;
+  for (int32_t id = 0; id < static_cast<int32_t>(bytes_.size()); ++id) {
+    if (bytes_[id].empty() || is_end_token(id)) continue;
+    ids.push_back(id);
+    if (detail::is_string_content(bytes_[id])) {
+      content[id >> 5] |= uint32_t{1} << (id & 31);
+      has_content = true;
+    } else {
+      rest_ids.push_back(id);
     }
-    trie_->lcp.push_back(common);
-    trie_->max_length = std::max(trie_->max_length, s.size());
-    prev = &s;
   }
+  trie_ = build_trie(bytes_, std::move(ids));
+  trie_->rest = build_trie(bytes_, std::move(rest_ids));
+  trie_->content = std::move(content);
+  trie_->has_content = has_content;
   for (int32_t id : end_ids_)
     if (id >= 0 && static_cast<size_t>(id) < bytes_.size()) trie_->end_ids.push_back(id);
 }

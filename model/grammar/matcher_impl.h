@@ -3,8 +3,10 @@
 #pragma once
 
 #include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 
 #include "model/grammar/matcher.h"
@@ -21,6 +23,13 @@ struct TokenVocabulary::Trie {
   std::vector<uint32_t> lcp;      // common prefix length of i with i - 1 (0 for i = 0)
   size_t max_length = 0;          // of the longest token
   std::vector<int32_t> end_ids;
+  // String content (only in the whole vocabulary's trie): bit id set when token id is
+  // detail::is_string_content, and the trie of every other token. A walk from a state that
+  // returns to itself after any content character (inside a JSON string) takes the content
+  // tokens as one bitmask and walks only `rest`.
+  std::vector<uint32_t> content;  // bitmask_words(vocabulary size) words
+  bool has_content = false;
+  std::unique_ptr<Trie> rest;
 };
 
 // Masks cached by canonical state (StackSet flattened), least recently used dropped first once
@@ -56,6 +65,10 @@ class MaskCache {
 };
 
 namespace detail {
+
+// Whether `bytes` is one or more whole UTF-8 characters (well-formed, no surrogates) each of
+// which a JSON string holds unescaped: not '"', not '\\', no control character (< 0x20, 0x7f).
+bool is_string_content(std::string_view bytes);
 
 class LazyDfa;  // token_mask.cpp
 struct LazyDfaDeleter {
@@ -118,6 +131,10 @@ void compute_mask(const CompiledGrammar::Impl& impl, const StackSet& stacks,
 
 // CompiledGrammar::prewarm's search (token_mask.cpp).
 PrewarmStats prewarm_masks(const CompiledGrammar::Impl& impl, const PrewarmLimits& limits);
+
+// Whether a walk from `stacks` takes the content tokens as one bitmask (LazyDfa::
+// loops_on_content; for tests).
+bool takes_content_as_bitmask(const CompiledGrammar::Impl& impl, const StackSet& stacks);
 
 // completion_cost.cpp
 std::vector<uint32_t> min_completion_table(const Grammar& grammar);

@@ -66,6 +66,49 @@ MaskCache::Key state_key(const StackSet& stacks) {
   return key;
 }
 
+// The characters a JSON string holds unescaped, as UTF-8 byte ranges (the Unicode standard's
+// table of well-formed sequences, surrogates left out): one row per kind of lead byte.
+struct ContentBytes {
+  uint8_t lo, hi;
+};
+struct CharRow {
+  int length;
+  ContentBytes bytes[4];
+};
+constexpr CharRow kContentChars[] = {
+    {1, {{0x20, 0x21}}},  // not '"' (0x22)
+    {1, {{0x23, 0x5b}}},  // not '\\' (0x5c)
+    {1, {{0x5d, 0x7e}}},  // not DEL (0x7f)
+    {2, {{0xc2, 0xdf}, {0x80, 0xbf}}},
+    {3, {{0xe0, 0xe0}, {0xa0, 0xbf}, {0x80, 0xbf}}},
+    {3, {{0xe1, 0xec}, {0x80, 0xbf}, {0x80, 0xbf}}},
+    {3, {{0xed, 0xed}, {0x80, 0x9f}, {0x80, 0xbf}}},
+    {3, {{0xee, 0xef}, {0x80, 0xbf}, {0x80, 0xbf}}},
+    {4, {{0xf0, 0xf0}, {0x90, 0xbf}, {0x80, 0xbf}, {0x80, 0xbf}}},
+    {4, {{0xf1, 0xf3}, {0x80, 0xbf}, {0x80, 0xbf}, {0x80, 0xbf}}},
+    {4, {{0xf4, 0xf4}, {0x80, 0x8f}, {0x80, 0xbf}, {0x80, 0xbf}}},
+};
+
+bool is_string_content(std::string_view bytes) {
+  if (bytes.empty()) return false;
+  for (size_t i = 0; i < bytes.size();) {
+    const CharRow* match = nullptr;
+    for (const CharRow& row : kContentChars) {
+      const auto lead = static_cast<uint8_t>(bytes[i]);
+      if (lead < row.bytes[0].lo || lead > row.bytes[0].hi) continue;
+      match = &row;
+      break;
+    }
+    if (match == nullptr || bytes.size() - i < static_cast<size_t>(match->length)) return false;
+    for (int k = 1; k < match->length; ++k) {
+      const auto b = static_cast<uint8_t>(bytes[i + k]);
+      if (b < match->bytes[k].lo || b > match->bytes[k].hi) return false;
+    }
+    i += static_cast<size_t>(match->length);
+  }
+  return true;
+}
+
 // The automaton as a DFA built lazily by the walks: a state is a set of interned heads (equal
 // stacks, equal ids), each (state, byte) step is computed once and then looked up. Inside a JSON
 // string almost every character leads back to the same state, so most bytes of the vocabulary
@@ -121,6 +164,36 @@ class LazyDfa {
     return memo = best;
   }
 
+  // Whether every string-content character (kContentChars, every byte sequence of every row)
+  // leads from `state` back to `state`, never dead: then every is_string_content token is
+  // allowed there and ends there (inside a JSON string without a length bound). Memoised.
+  bool loops_on_content(int32_t state) {
+    if (loops_.size() <= static_cast<size_t>(state)) loops_.resize(state + 1, kLoopUnknown);
+    if (loops_[state] != kLoopUnknown) return loops_[state] == kLoopYes;
+    bool loops = true;
+    std::vector<int32_t> states, next;
+    for (const CharRow& row : kContentChars) {
+      states.assign(1, state);
+      for (int k = 0; k < row.length && loops; ++k) {
+        next.clear();
+        for (int32_t from : states) {
+          for (int b = row.bytes[k].lo; b <= row.bytes[k].hi && loops; ++b) {
+            const int32_t to = step(from, static_cast<uint8_t>(b));
+            if (to == kDead) loops = false;
+            if (std::find(next.begin(), next.end(), to) == next.end()) next.push_back(to);
+          }
+        }
+        states.swap(next);
+      }
+      if (!loops || states.size() != 1 || states[0] != state) {
+        loops = false;
+        break;
+      }
+    }
+    loops_[state] = loops ? kLoopYes : kLoopNo;
+    return loops;
+  }
+
   // The memo tables (valid until the next step()), for the walk's inlined fast path.
   const std::array<int32_t, 256>* tables() const { return next_.data(); }
   size_t num_tables() const { return next_.size(); }
@@ -148,6 +221,7 @@ class LazyDfa {
  private:
   static constexpr size_t kMaxTables = 1 << 14;  // states with a memo table (1 KiB each)
   static constexpr uint32_t kUnknownCost = kNoBudget - 1;
+  static constexpr int8_t kLoopUnknown = -1, kLoopNo = 0, kLoopYes = 1;
 
   // The state of the heads scratch_[from, end).
   int32_t intern(size_t from) {
@@ -169,29 +243,41 @@ class LazyDfa {
   std::vector<std::array<int32_t, 256>> next_;
   std::vector<uint32_t> scratch_;
   std::vector<uint32_t> costs_;  // cost() memo by state
+  std::vector<int8_t> loops_;    // loops_on_content() memo by state
 };
 
 namespace {
 
-// The walk of the sorted vocabulary from DFA state `start` (see compute_mask). `end_states`
-// (may be null) gets each distinct state an allowed token ends in, once.
-void walk_vocabulary(LazyDfa& dfa, int32_t start, const TokenVocabulary& vocab,
-                     std::span<uint32_t> mask, const std::vector<uint32_t>& min_rest,
-                     uint32_t budget, uint32_t* max_cost, std::vector<int32_t>* end_states) {
-  const TokenVocabulary::Trie& trie = vocab.trie();
+// What one walk gathers besides the mask.
+struct WalkResult {
+  uint32_t largest_cost = 0;
+  std::vector<int32_t>* end_states = nullptr;  // may be null
+  std::vector<uint8_t>* ended = nullptr;       // ended[state]: already in end_states
+};
+
+// Marks token `id`, ending in DFA `state` at completion cost `cost`, as allowed.
+inline void allow(int32_t id, int32_t state, uint32_t cost, const LazyDfa& dfa,
+                  std::span<uint32_t> mask, WalkResult& result) {
+  mask[id >> 5] |= uint32_t{1} << (id & 31);
+  result.largest_cost = std::max(result.largest_cost, cost);
+  if (result.end_states == nullptr) return;
+  std::vector<uint8_t>& ended = *result.ended;
+  if (ended.size() <= static_cast<size_t>(state)) ended.resize(dfa.num_states(), 0);
+  if (!ended[state]) {
+    ended[state] = 1;
+    result.end_states->push_back(state);
+  }
+}
+
+// The depth-first walk of `trie`'s tokens from DFA state `start`: a token is allowed when its
+// bytes all step and the completion cost of its last state is within `budget`.
+void walk_trie(LazyDfa& dfa, int32_t start, const TokenVocabulary::Trie& trie,
+               std::span<uint32_t> mask, const std::vector<uint32_t>& min_rest, uint32_t budget,
+               bool costs_wanted, WalkResult& result) {
   thread_local std::vector<int32_t> levels;  // [d]: the state after d bytes of the token
-  thread_local std::vector<uint8_t> ended;   // ended[state]: already in end_states
   if (levels.size() < trie.max_length + 1) levels.resize(trie.max_length + 1);
   int32_t* const level = levels.data();  // a local pointer: no thread-local lookup per byte
   level[0] = start;
-  if (end_states != nullptr) {
-    end_states->clear();
-    ended.assign(dfa.num_states(), 0);
-  }
-  const bool can_end = dfa.can_end(start);
-  const bool costs_wanted = budget != kNoBudget || max_cost != nullptr;
-  uint32_t largest_cost = 0;
-
   size_t depth = 0;  // levels 0..depth are valid
   const size_t n = trie.ids.size();
   const auto* data = reinterpret_cast<const uint8_t*>(trie.data.data());
@@ -216,19 +302,8 @@ void walk_vocabulary(LazyDfa& dfa, int32_t start, const TokenVocabulary& vocab,
       level[d + 1] = state = next;
     }
     if (d == len) {
-      const int32_t id = trie.ids[i];
       const uint32_t cost = costs_wanted ? dfa.cost(state, min_rest) : 0;
-      if (cost <= budget) {
-        mask[id >> 5] |= uint32_t{1} << (id & 31);
-        largest_cost = std::max(largest_cost, cost);
-        if (end_states != nullptr) {
-          if (ended.size() <= static_cast<size_t>(state)) ended.resize(dfa.num_states(), 0);
-          if (!ended[state]) {
-            ended[state] = 1;
-            end_states->push_back(state);
-          }
-        }
-      }
+      if (cost <= budget) allow(trie.ids[i], state, cost, dfa, mask, result);
       depth = len;
       ++i;
       continue;
@@ -238,9 +313,45 @@ void walk_vocabulary(LazyDfa& dfa, int32_t start, const TokenVocabulary& vocab,
     for (++i; i < n && lcp[i] > d; ++i) {
     }
   }
-  if (can_end)
+}
+
+// The walk of the vocabulary from DFA state `start` (see compute_mask). `end_states` (may be
+// null) gets each distinct state an allowed token ends in, once. Inside a JSON string (a start
+// that every content character leads back to) the content tokens, most of the vocabulary, are
+// allowed as one bitmask, all ending at the start, and only the others are walked: a walk
+// there visits every byte of every token, since almost nothing is rejected.
+void walk_vocabulary(LazyDfa& dfa, int32_t start, const TokenVocabulary& vocab,
+                     std::span<uint32_t> mask, const std::vector<uint32_t>& min_rest,
+                     uint32_t budget, uint32_t* max_cost, std::vector<int32_t>* end_states) {
+  const TokenVocabulary::Trie& trie = vocab.trie();
+  thread_local std::vector<uint8_t> ended;
+  const bool content_loops = trie.has_content && dfa.loops_on_content(start);
+  WalkResult result;
+  if (end_states != nullptr) {
+    end_states->clear();
+    ended.assign(dfa.num_states(), 0);
+    result.end_states = end_states;
+    result.ended = &ended;
+  }
+  const bool costs_wanted = budget != kNoBudget || max_cost != nullptr;
+  if (content_loops) {
+    const uint32_t cost = costs_wanted ? dfa.cost(start, min_rest) : 0;
+    if (cost <= budget) {
+      for (size_t w = 0; w < trie.content.size(); ++w) mask[w] |= trie.content[w];
+      result.largest_cost = cost;
+      if (end_states != nullptr) {
+        ended.resize(std::max<size_t>(ended.size(), dfa.num_states()), 0);
+        ended[start] = 1;
+        end_states->push_back(start);
+      }
+    }
+    walk_trie(dfa, start, *trie.rest, mask, min_rest, budget, costs_wanted, result);
+  } else {
+    walk_trie(dfa, start, trie, mask, min_rest, budget, costs_wanted, result);
+  }
+  if (dfa.can_end(start))
     for (int32_t id : trie.end_ids) mask[id >> 5] |= uint32_t{1} << (id & 31);
-  if (max_cost != nullptr) *max_cost = largest_cost;
+  if (max_cost != nullptr) *max_cost = result.largest_cost;
 }
 
 }  // namespace
@@ -276,6 +387,13 @@ void compute_mask(const CompiledGrammar::Impl& impl, const StackSet& stacks,
   walk_vocabulary(*dfa, dfa->enter(stacks), *impl.vocab, mask, impl.min_rest, budget, max_cost,
                   nullptr);
   impl.dfas.give_back(std::move(dfa));
+}
+
+bool takes_content_as_bitmask(const CompiledGrammar::Impl& impl, const StackSet& stacks) {
+  LazyDfaPtr dfa = impl.dfas.take(*impl.grammar);
+  const bool loops = impl.vocab->trie().has_content && dfa->loops_on_content(dfa->enter(stacks));
+  impl.dfas.give_back(std::move(dfa));
+  return loops;
 }
 
 PrewarmStats prewarm_masks(const CompiledGrammar::Impl& impl, const PrewarmLimits& limits) {

@@ -51,6 +51,8 @@ const char* const kGrammars[] = {
     R"(root ::= "{" pair ("," pair){0,3} "}"
        pair ::= "\"" [a-z]{1,4} "\":" value
        value ::= [0-9]+ | "[" (value ("," value)*)? "]" | "\"" [xyz]* "\"")",
+    // A string holding any character: its masks take the content tokens at once.
+    R"(root ::= "{" "\"" [a-z]{1,4} "\":" "\"" [^"\\]* "\"" ("," "\"b\":" [0-9]+)? "}")",
 };
 
 TEST(CompletionBudget, MinCompletionBytesIsTheShortestCompletion) {

@@ -243,6 +243,79 @@ TEST_P(TokenMask, PrewarmCachesEveryReachableStateOfAFiniteGrammar) {
   }
 }
 
+// Inside a string that holds any character, the walk takes the content tokens (most of the
+// vocabulary) as one bitmask and walks only the rest; inside strings that count or restrict
+// their characters it walks everything. Either way the mask is brute force's, id by id.
+TEST_P(TokenMask, InsideAnyStringContentTokensAreTakenAtOnce) {
+  struct Case {
+    const char* gbnf;
+    const char* prefix;
+    bool at_once;
+  };
+  const Case cases[] = {
+      {kJsonGrammar, "{\"", true},
+      {kJsonGrammar, "{\"key\": [\"ab\\n\u00e9", true},
+      {kJsonGrammar, "{\"key\": [\"ab\\u00", false},  // mid-escape: hex digits only
+      {kJsonGrammar, "{\"key\": ", false},
+      {R"(root ::= "\"" [^"\\]{0,5} "\"")", "\"ab", false},  // counts its characters
+      {R"(root ::= "\"" [^"\\x]* "\"")", "\"ab", false},     // no 'x'
+      {R"(root ::= "\"" [^"\\]* "\"" [0-9])", "\"ab", true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.gbnf) + " after " + c.prefix);
+    auto compiled = CompiledGrammar::compile(parse_gbnf(c.gbnf), vocab(GetParam()));
+    GrammarMatcher m(compiled);
+    ASSERT_TRUE(m.accept_bytes(c.prefix));
+    EXPECT_EQ(detail::takes_content_as_bitmask(compiled->impl(), stacks_after(*compiled, c.prefix)),
+              c.at_once);
+    std::vector<uint32_t> mask(bitmask_words(vocab(GetParam())->size()));
+    m.fill_next_token_bitmask(mask);
+    const std::vector<int32_t> allowed = ids_of(mask);
+    EXPECT_EQ(allowed, ids_of(brute_force(m, *vocab(GetParam()))));
+    if (c.at_once) EXPECT_GT(allowed.size(), vocab(GetParam())->size() / 2);
+  }
+}
+
+// Content tokens by their bytes, against a UTF-8 reading written here: whole characters only,
+// each a scalar value (no surrogate, no overlong form, at most U+10FFFF) that a JSON string
+// holds unescaped.
+TEST(StringContent, ClassifiesTokensAsAUtf8DecoderDoes) {
+  const auto reference = [](std::string_view s) {
+    if (s.empty()) return false;
+    for (size_t i = 0; i < s.size();) {
+      const auto b = static_cast<uint8_t>(s[i]);
+      const int length = b < 0x80 ? 1 : b >> 5 == 6 ? 2 : b >> 4 == 14 ? 3 : b >> 3 == 30 ? 4 : 0;
+      if (length == 0 || i + length > s.size()) return false;
+      uint32_t cp = length == 1 ? b : b & (0x7f >> length);
+      for (int k = 1; k < length; ++k) {
+        const auto c = static_cast<uint8_t>(s[i + k]);
+        if (c >> 6 != 2) return false;
+        cp = cp << 6 | (c & 0x3f);
+      }
+      const uint32_t smallest[] = {0, 0, 0x80, 0x800, 0x10000};
+      if (cp < smallest[length] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+      if (cp < 0x20 || cp == 0x7f || cp == '"' || cp == '\\') return false;
+      i += length;
+    }
+    return true;
+  };
+  std::mt19937 rng(5);
+  const std::string interesting =
+      "a \"\\\x1f\x7f\xc2\xc1\xe0\xed\xf0\xf4\xf5\x80\x9f\xa0\xbf\x8f\x90";
+  for (int i = 0; i < 200000; ++i) {
+    std::string s(1 + rng() % 5, ' ');
+    for (char& ch : s)
+      ch = rng() % 2 ? interesting[rng() % interesting.size()] : static_cast<char>(rng());
+    ASSERT_EQ(detail::is_string_content(s), reference(s)) << ::testing::PrintToString(s);
+  }
+  for (const char* good :
+       {"a", "\xc2\x80", "\xe0\xa0\x80", "\xed\x9f\xbf", "\xf4\x8f\xbf\xbf", " ok"})
+    EXPECT_TRUE(detail::is_string_content(good)) << good;
+  for (const char* bad :
+       {"", "\"", "\\", "\x7f", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xc0\xaf", "\xe2\x82"})
+    EXPECT_FALSE(detail::is_string_content(bad)) << bad;
+}
+
 TEST_P(TokenMask, PrewarmStopsAtItsLimitsOnARecursiveGrammar) {
   auto compiled = CompiledGrammar::compile(parse_gbnf(kJsonGrammar), vocab(GetParam()));
   PrewarmLimits limits;
