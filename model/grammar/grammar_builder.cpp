@@ -224,6 +224,35 @@ void GrammarBuilder::check_left_recursion() const {
   }
 }
 
+namespace {
+
+// Grammar::byte_class: bytes split by each byte set and each UTF-8 class state in turn (a
+// partition refinement), so the cost is 256 per row, however many classes there are.
+std::array<uint8_t, 256> find_byte_classes(const Grammar& g) {
+  std::array<uint8_t, 256> cls{};             // all bytes in class 0
+  std::vector<int16_t> id_of(256 * 256, -1);  // (old class, row value) -> new class
+  std::vector<int32_t> used;
+  auto refine = [&](auto value_of) {  // value_of(b): what this row says about byte b (< 256)
+    int16_t next_id = 0;
+    for (int b = 0; b < 256; ++b) {
+      const int32_t key = cls[b] * 256 + static_cast<int32_t>(value_of(b));
+      if (id_of[key] < 0) {
+        id_of[key] = next_id++;
+        used.push_back(key);
+      }
+      cls[b] = static_cast<uint8_t>(id_of[key]);
+    }
+    for (int32_t key : used) id_of[key] = -1;
+    used.clear();
+  };
+  for (const ByteSet& set : g.byte_sets) refine([&](int b) { return set.test(b) ? 1 : 0; });
+  for (const Utf8Class& c : g.classes)
+    for (const auto& next : c.next) refine([&](int b) { return next[b]; });
+  return cls;
+}
+
+}  // namespace
+
 std::shared_ptr<const Grammar> GrammarBuilder::finish_checked(std::string_view root) {
   if (rules_.empty()) throw GrammarError("grammar is empty: it defines no rule");
   auto root_it = rule_ids_.find(std::string(root));
@@ -244,6 +273,7 @@ std::shared_ptr<const Grammar> GrammarBuilder::finish_checked(std::string_view r
     }
     g->rule_alternatives.push_back(std::move(starts));
   }
+  g->byte_class = find_byte_classes(*g);
   return g;
 }
 

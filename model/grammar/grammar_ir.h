@@ -64,6 +64,15 @@ using Sequence = std::vector<Element>;  // one alternative, without its kEnd
 
 }  // namespace detail
 
+namespace detail {
+// Every byte in a class of its own: the byte classes of a grammar nothing has analysed.
+constexpr std::array<uint8_t, 256> identity_byte_classes() {
+  std::array<uint8_t, 256> classes{};
+  for (int b = 0; b < 256; ++b) classes[b] = static_cast<uint8_t>(b);
+  return classes;
+}
+}  // namespace detail
+
 // Immutable once built. Positions index `elements`; every alternative ends with a kEnd.
 class Grammar {
  public:
@@ -73,6 +82,10 @@ class Grammar {
   std::vector<std::vector<uint32_t>> rule_alternatives;  // rule -> start positions
   std::vector<std::string> rule_names;
   uint32_t root = 0;
+  // Bytes no terminal tells apart (every byte set holds both or neither, every UTF-8 class's
+  // DFA steps them alike from each of its states) share a class id: they advance any stacks
+  // alike. Set by GrammarBuilder::finish_checked.
+  std::array<uint8_t, 256> byte_class = detail::identity_byte_classes();
 };
 
 namespace detail {

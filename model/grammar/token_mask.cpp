@@ -122,7 +122,10 @@ class LazyDfa {
   static constexpr int32_t kDead = -2;
 
   // A DFA of `grammar` with no state yet (DfaPool keeps it for the grammar's later walks).
-  explicit LazyDfa(const Grammar& grammar) : arena_(grammar) { arena_.set_interning(true); }
+  explicit LazyDfa(const Grammar& grammar) : arena_(grammar) {
+    arena_.set_interning(true);
+    find_byte_classes(grammar);
+  }
 
   // Roughly the bytes it holds (the memo tables, the states' heads and the stack nodes).
   size_t memory_bytes() const {
@@ -213,7 +216,8 @@ class LazyDfa {
         next_.resize(state + 1);
         for (size_t s = old; s < next_.size(); ++s) next_[s].fill(kUnknown);
       }
-      next_[state][byte] = target;
+      // Every byte the grammar cannot tell from this one steps to the same state.
+      for (uint8_t same : class_members_[byte_class_[byte]]) next_[state][same] = target;
     }
     return target;
   }
@@ -236,7 +240,20 @@ class LazyDfa {
     return it->second;
   }
 
+  // Grammar::byte_class as lists: a step computed for one byte is the step of its whole class
+  // (inside a JSON string the 64 continuation bytes fall into 3 classes).
+  void find_byte_classes(const Grammar& grammar) {
+    for (int b = 0; b < 256; ++b) {
+      const uint8_t c = grammar.byte_class[b];
+      if (class_members_.size() <= c) class_members_.resize(c + 1);
+      class_members_[c].push_back(static_cast<uint8_t>(b));
+    }
+    byte_class_ = grammar.byte_class;
+  }
+
   PushdownArena arena_;
+  std::array<uint8_t, 256> byte_class_{};
+  std::vector<std::vector<uint8_t>> class_members_;  // the bytes of each class
   std::unordered_map<std::vector<uint32_t>, int32_t, MaskCache::KeyHash> state_ids_;
   std::vector<uint32_t> heads_;  // heads of state s: [begin_[s], begin_[s + 1])
   std::vector<uint32_t> begin_ = {0};

@@ -90,15 +90,20 @@ TEST(CompletionBudget, BudgetedMaskKeepsExactlyTheTokensThatStillFit) {
       for (int step = 0; step < 12 && !m.must_end(); ++step) {
         std::vector<uint32_t> plain(words), budgeted(words);
         m.fill_next_token_bitmask(plain);
+        std::vector<int> rest_after(vocab->size(), -1);  // each allowed token's completion
+        for (int32_t id = 0; id < static_cast<int32_t>(vocab->size()); ++id) {
+          if (!((plain[id / 32] >> (id % 32)) & 1)) continue;
+          GrammarMatcher after = m;
+          ASSERT_TRUE(after.accept_token(id));
+          rest_after[id] = after.is_terminated() ? 0 : shortest_completion(after, 10);
+        }
         for (size_t budget : {size_t{0}, size_t{1}, size_t{2}, size_t{4}, size_t{8}}) {
           m.fill_next_token_bitmask(budgeted, budget);
           std::vector<uint32_t> expected(words);
           bool any = false;
           for (int32_t id = 0; id < static_cast<int32_t>(vocab->size()); ++id) {
             if (!((plain[id / 32] >> (id % 32)) & 1)) continue;
-            GrammarMatcher after = m;
-            ASSERT_TRUE(after.accept_token(id));
-            const int rest = after.is_terminated() ? 0 : shortest_completion(after, 10);
+            const int rest = rest_after[id];
             if (rest >= 0 && static_cast<size_t>(rest) <= budget) {
               expected[id / 32] |= 1u << (id % 32);
               any = true;
