@@ -8,6 +8,7 @@
 #include <atomic>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -273,6 +274,33 @@ TEST_P(TokenMask, InsideAnyStringContentTokensAreTakenAtOnce) {
     const std::vector<int32_t> allowed = ids_of(mask);
     EXPECT_EQ(allowed, ids_of(brute_force(m, *vocab(GetParam()))));
     if (c.at_once) EXPECT_GT(allowed.size(), vocab(GetParam())->size() / 2);
+  }
+}
+
+// Two bytes share a class exactly when every byte set holds both or neither and every UTF-8
+// class steps them alike from each of its states (checked pair by pair here).
+TEST(ByteClasses, GroupExactlyTheBytesNoTerminalTellsApart) {
+  for (const std::string& gbnf :
+       {std::string(kJsonGrammar), regex_to_gbnf("[A-Z][a-z]{1,8}( [A-Z][a-z]+)*\\."),
+        std::string(R"(root ::= [^"\\x]* "é" [\u0100-\u2000]+ [0-9a-f])")}) {
+    SCOPED_TRACE(gbnf);
+    const auto g = parse_gbnf(gbnf);
+    const auto alike = [&](int a, int b) {
+      for (const detail::ByteSet& set : g->byte_sets)
+        if (set.test(a) != set.test(b)) return false;
+      for (const detail::Utf8Class& c : g->classes)
+        for (const auto& next : c.next)
+          if (next[a] != next[b]) return false;
+      return true;
+    };
+    std::set<int> ids;
+    for (int a = 0; a < 256; ++a) {
+      ids.insert(g->byte_class[a]);
+      for (int b = a + 1; b < 256; ++b) {
+        ASSERT_EQ(g->byte_class[a] == g->byte_class[b], alike(a, b)) << a << " " << b;
+      }
+    }
+    EXPECT_LT(ids.size(), 200u);  // far fewer classes than bytes: the point of them
   }
 }
 
