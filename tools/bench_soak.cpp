@@ -46,7 +46,7 @@ const char* const kHelp =
     "  --serve-arg ARG             repeatable: more `serve` flags (e.g. --max-num-seqs)\n"
     "  --request-timeout S         deadline of every client operation (default 120)\n"
     "  --settle-timeout S          bound for running/waiting to reach 0 and KV to be free (60)\n"
-    "  --rss-growth-limit-mib M    allowed growth of peak RSS, warm-up vs end (default 64)\n"
+    "  --rss-growth-limit-mib M    allowed growth of median RSS, warm-up vs end (default 64)\n"
     "  --server-log FILE           the server's output (default soak-server.log)\n"
     "  --result-json FILE          figures, checks and the tally as JSON\n"
     "  --quiet                     no progress lines\n";

@@ -231,11 +231,18 @@ RssSummary summarize_rss(const std::vector<RssSample>& samples, double warmup_fr
   if (samples.empty()) return out;
   const double first = samples.front().t_s, last = samples.back().t_s;
   const double window = warmup_fraction * (last - first);
+  std::vector<int64_t> warm, late;
   for (const RssSample& s : samples) {
     out.peak_bytes = std::max(out.peak_bytes, s.rss_bytes);
-    if (s.t_s <= first + window) out.warm_bytes = std::max(out.warm_bytes, s.rss_bytes);
-    if (s.t_s >= last - window) out.late_bytes = std::max(out.late_bytes, s.rss_bytes);
+    if (s.t_s <= first + window) warm.push_back(s.rss_bytes);
+    if (s.t_s >= last - window) late.push_back(s.rss_bytes);
   }
+  const auto median = [](std::vector<int64_t>& v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  out.warm_bytes = median(warm);
+  out.late_bytes = median(late);
   out.growth_bytes = out.late_bytes - out.warm_bytes;
   return out;
 }

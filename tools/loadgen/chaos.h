@@ -126,8 +126,11 @@ struct RssSample {
 };
 struct RssSummary {
   int64_t peak_bytes = 0;
-  int64_t warm_bytes = 0;    // the highest sample of the warm-up window [0, warmup_s]
-  int64_t late_bytes = 0;    // the highest sample of the last window of the same length
+  // Medians, not maxima: a burst of connections open at once (an open-loop client that fell
+  // behind sends thousands together) lifts RSS for a few seconds by what they hold; a leak
+  // lifts every later sample.
+  int64_t warm_bytes = 0;    // the median sample of the warm-up window [0, warmup_s]
+  int64_t late_bytes = 0;    // the median sample of the last window of the same length
   int64_t growth_bytes = 0;  // late - warm: growth under the same load, after warm-up
   int64_t samples = 0;
 };
