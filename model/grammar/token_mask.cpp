@@ -272,10 +272,8 @@ struct WalkResult {
   std::vector<uint8_t>* ended = nullptr;       // ended[state]: already in end_states
 };
 
-// Marks token `id`, ending in DFA `state` at completion cost `cost`, as allowed.
-inline void allow(int32_t id, int32_t state, uint32_t cost, const LazyDfa& dfa,
-                  std::span<uint32_t> mask, WalkResult& result) {
-  mask[id >> 5] |= uint32_t{1} << (id & 31);
+// Records that an allowed token ends in DFA `state` at completion cost `cost`.
+inline void note_end(int32_t state, uint32_t cost, const LazyDfa& dfa, WalkResult& result) {
   result.largest_cost = std::max(result.largest_cost, cost);
   if (result.end_states == nullptr) return;
   std::vector<uint8_t>& ended = *result.ended;
@@ -284,6 +282,13 @@ inline void allow(int32_t id, int32_t state, uint32_t cost, const LazyDfa& dfa,
     ended[state] = 1;
     result.end_states->push_back(state);
   }
+}
+
+// Marks token `id`, ending in DFA `state` at completion cost `cost`, as allowed.
+inline void allow(int32_t id, int32_t state, uint32_t cost, const LazyDfa& dfa,
+                  std::span<uint32_t> mask, WalkResult& result) {
+  mask[id >> 5] |= uint32_t{1} << (id & 31);
+  note_end(state, cost, dfa, result);
 }
 
 // The depth-first walk of `trie`'s tokens from DFA state `start`: a token is allowed when its
@@ -355,12 +360,7 @@ void walk_vocabulary(LazyDfa& dfa, int32_t start, const TokenVocabulary& vocab,
     const uint32_t cost = costs_wanted ? dfa.cost(start, min_rest) : 0;
     if (cost <= budget) {
       for (size_t w = 0; w < trie.content.size(); ++w) mask[w] |= trie.content[w];
-      result.largest_cost = cost;
-      if (end_states != nullptr) {
-        ended.resize(std::max<size_t>(ended.size(), dfa.num_states()), 0);
-        ended[start] = 1;
-        end_states->push_back(start);
-      }
+      note_end(start, cost, dfa, result);
     }
     walk_trie(dfa, start, *trie.rest, mask, min_rest, budget, costs_wanted, result);
   } else {
