@@ -50,6 +50,11 @@ void GrammarRowStates::prune(uint64_t step_id) {
                 [&](const auto& entry) { return entry.second.last_step + kKeepSteps < step_id; });
 }
 
+size_t tokens_after(const model::SamplingParams& sampling, uint64_t step) {
+  const int64_t left = int64_t{sampling.max_tokens} - static_cast<int64_t>(step) - 1;
+  return static_cast<size_t>(std::max<int64_t>(left, 0));
+}
+
 bool next_token_bitmask(const GrammarRowState& state, size_t tokens_after,
                         std::vector<uint32_t>& bitmask) {
   if (state.broken || !state.matcher || state.matcher->is_terminated()) return false;

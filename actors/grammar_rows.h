@@ -45,6 +45,10 @@ class GrammarRowStates {
   std::unordered_map<uint64_t, GrammarRowState> states_;  // by seq_id
 };
 
+// How many more tokens a sequence may draw after the one at output position `step` (what
+// max_tokens leaves): the `tokens_after` of the masks below.
+size_t tokens_after(const model::SamplingParams& sampling, uint64_t step);
+
 // The grammar's mask for the state's next token: bit id of `bitmask` (bitmask_words(
 // state.vocab_size) words) set exactly when the grammar allows token id next, with
 // `tokens_after` as in mask_logits. False when the state is broken or terminated or nothing at

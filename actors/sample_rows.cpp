@@ -55,10 +55,7 @@ std::span<const float> constrained_row(const ScheduledSequence& seq, std::span<c
   if (seq.banned_token_ids.empty() && !sampling.has_penalties() && grammar == nullptr) return raw;
   masked.assign(raw.begin(), raw.end());
   model::apply_penalties(masked, sampling, seq.penalty_prompt_ids, history);
-  if (grammar != nullptr) {
-    const int64_t left = int64_t{sampling.max_tokens} - static_cast<int64_t>(step) - 1;
-    mask_logits(*grammar, masked, static_cast<size_t>(std::max<int64_t>(left, 0)));
-  }
+  if (grammar != nullptr) mask_logits(*grammar, masked, tokens_after(sampling, step));
   const std::vector<float> unbanned = ban_tokens(masked, seq.banned_token_ids);
   if (grammar != nullptr && !unbanned.empty() && !has_finite(masked)) {
     restore_tokens(masked, seq.banned_token_ids, unbanned);

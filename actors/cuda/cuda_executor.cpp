@@ -131,10 +131,8 @@ struct StepMasks {
   // row's banned tokens still apply: not when the grammar allows only banned tokens (it is
   // complete and EOS is banned), where the grammar wins, as in the CPU sampler.
   bool add(const GrammarRowState& state, const ScheduledSequence& seq, int row, int vocab) {
-    const int64_t left =
-        int64_t{seq.sampling->max_tokens} - static_cast<int64_t>(seq.sample_step) - 1;
     thread_local std::vector<uint32_t> mask;
-    if (!next_token_bitmask(state, static_cast<size_t>(std::max<int64_t>(left, 0)), mask)) {
+    if (!next_token_bitmask(state, tokens_after(*seq.sampling, seq.sample_step), mask)) {
       return true;  // broken, terminated or nothing allowed: sampled unconstrained
     }
     const int allowed = static_cast<int>(std::min<size_t>(state.vocab_size, vocab));

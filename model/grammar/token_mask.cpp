@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "model/grammar/matcher_impl.h"
+#include "model/grammar/utf8.h"
 
 namespace pagedserve::model::grammar {
 
@@ -66,45 +67,25 @@ MaskCache::Key state_key(const StackSet& stacks) {
   return key;
 }
 
-// The characters a JSON string holds unescaped, as UTF-8 byte ranges (the Unicode standard's
-// table of well-formed sequences, surrogates left out): one row per kind of lead byte.
-struct ContentBytes {
-  uint8_t lo, hi;
-};
-struct CharRow {
-  int length;
-  ContentBytes bytes[4];
-};
-constexpr CharRow kContentChars[] = {
-    {1, {{0x20, 0x21}}},  // not '"' (0x22)
-    {1, {{0x23, 0x5b}}},  // not '\\' (0x5c)
-    {1, {{0x5d, 0x7e}}},  // not DEL (0x7f)
-    {2, {{0xc2, 0xdf}, {0x80, 0xbf}}},
-    {3, {{0xe0, 0xe0}, {0xa0, 0xbf}, {0x80, 0xbf}}},
-    {3, {{0xe1, 0xec}, {0x80, 0xbf}, {0x80, 0xbf}}},
-    {3, {{0xed, 0xed}, {0x80, 0x9f}, {0x80, 0xbf}}},
-    {3, {{0xee, 0xef}, {0x80, 0xbf}, {0x80, 0xbf}}},
-    {4, {{0xf0, 0xf0}, {0x90, 0xbf}, {0x80, 0xbf}, {0x80, 0xbf}}},
-    {4, {{0xf1, 0xf3}, {0x80, 0xbf}, {0x80, 0xbf}, {0x80, 0xbf}}},
-    {4, {{0xf4, 0xf4}, {0x80, 0x8f}, {0x80, 0xbf}, {0x80, 0xbf}}},
-};
+// A character a JSON string holds unescaped: not '"' or '\\', no control character.
+bool is_content_code_point(uint32_t cp) {
+  return cp >= 0x20 && cp != '"' && cp != '\\' && cp != 0x7f;
+}
+
+// The UTF-8 encodings of every content character, as byte-range sequences (utf8.h).
+const std::vector<Utf8Sequence>& content_sequences() {
+  static const std::vector<Utf8Sequence> sequences =
+      utf8_sequences({{0x20, 0x21}, {0x23, 0x5b}, {0x5d, 0x7e}, {0x80, kMaxCodePoint}});
+  return sequences;
+}
 
 bool is_string_content(std::string_view bytes) {
   if (bytes.empty()) return false;
   for (size_t i = 0; i < bytes.size();) {
-    const CharRow* match = nullptr;
-    for (const CharRow& row : kContentChars) {
-      const auto lead = static_cast<uint8_t>(bytes[i]);
-      if (lead < row.bytes[0].lo || lead > row.bytes[0].hi) continue;
-      match = &row;
-      break;
-    }
-    if (match == nullptr || bytes.size() - i < static_cast<size_t>(match->length)) return false;
-    for (int k = 1; k < match->length; ++k) {
-      const auto b = static_cast<uint8_t>(bytes[i + k]);
-      if (b < match->bytes[k].lo || b > match->bytes[k].hi) return false;
-    }
-    i += static_cast<size_t>(match->length);
+    uint32_t cp = 0;
+    const int length = decode_utf8(bytes, i, cp);
+    if (length == 0 || !is_content_code_point(cp)) return false;
+    i += static_cast<size_t>(length);
   }
   return true;
 }
@@ -124,7 +105,7 @@ class LazyDfa {
   // A DFA of `grammar` with no state yet (DfaPool keeps it for the grammar's later walks).
   explicit LazyDfa(const Grammar& grammar) : arena_(grammar) {
     arena_.set_interning(true);
-    find_byte_classes(grammar);
+    take_byte_classes(grammar);
   }
 
   // Roughly the bytes it holds (the memo tables, the states' heads and the stack nodes).
@@ -167,7 +148,7 @@ class LazyDfa {
     return memo = best;
   }
 
-  // Whether every string-content character (kContentChars, every byte sequence of every row)
+  // Whether every string-content character (every byte sequence of content_sequences())
   // leads from `state` back to `state`, never dead: then every is_string_content token is
   // allowed there and ends there (inside a JSON string without a length bound). Memoised.
   bool loops_on_content(int32_t state) {
@@ -175,12 +156,12 @@ class LazyDfa {
     if (loops_[state] != kLoopUnknown) return loops_[state] == kLoopYes;
     bool loops = true;
     std::vector<int32_t> states, next;
-    for (const CharRow& row : kContentChars) {
+    for (const Utf8Sequence& sequence : content_sequences()) {
       states.assign(1, state);
-      for (int k = 0; k < row.length && loops; ++k) {
+      for (size_t k = 0; k < sequence.size() && loops; ++k) {
         next.clear();
         for (int32_t from : states) {
-          for (int b = row.bytes[k].lo; b <= row.bytes[k].hi && loops; ++b) {
+          for (int b = sequence[k].lo; b <= sequence[k].hi && loops; ++b) {
             const int32_t to = step(from, static_cast<uint8_t>(b));
             if (to == kDead) loops = false;
             if (std::find(next.begin(), next.end(), to) == next.end()) next.push_back(to);
@@ -242,7 +223,7 @@ class LazyDfa {
 
   // Grammar::byte_class as lists: a step computed for one byte is the step of its whole class
   // (inside a JSON string the 64 continuation bytes fall into 3 classes).
-  void find_byte_classes(const Grammar& grammar) {
+  void take_byte_classes(const Grammar& grammar) {
     for (int b = 0; b < 256; ++b) {
       const uint8_t c = grammar.byte_class[b];
       if (class_members_.size() <= c) class_members_.resize(c + 1);

@@ -1,8 +1,7 @@
 // HttpServer (see http_server.h): the io_context and its threads, the listener (accept loop on
 // its own thread; each accepted socket gets a new strand of the io_context and an HTTP session
-// coroutine), the
-// periodic engine log line, signal handling and the staged shutdown. start(), stop() and
-// run_until_signal() run on the controlling thread; everything else on the io threads.
+// coroutine), the periodic engine log line, signal handling and the staged shutdown. start(),
+// stop() and run_until_signal() run on the controlling thread; everything else on the io threads.
 #include "net/server/http_server.h"
 
 #include <boost/asio/as_tuple.hpp>
