@@ -15,8 +15,21 @@
 // written, queues one frame bringing the client to the engine's latest block map. So a client
 // gets at most 10 kv frames a second, a slow one fewer (each a larger delta), and a client that
 // never reads holds one frame and one snapshot, never a growing queue; the engine never waits.
+//
+// Timeouts (a watchdog coroutine; Beast's own idle timeout is off: it closes a socket whose
+// client is a few seconds late answering a ping even while its requests stream, with no frame
+// saying why). A connection is busy while it runs a request or has the kv topic.
+// - Not busy: after idle_timeout / 2 without hearing from the client (a frame, a ping or a pong;
+//   the end of its last request counts too) the server pings; after idle_timeout it closes the
+//   connection with a close frame (going_away, "idle timeout"). A live client answers pings, so
+//   only a silent one is closed, as with Beast's keep-alive pings.
+// - Busy: never closed for silence; a ping after idle_timeout / 2 without a frame sent (e.g. a
+//   request queued behind others) keeps proxies and NATs from dropping the socket.
+// - Any state: one frame's write pending for write_timeout means the client stopped reading;
+//   the socket closes (its requests are aborted).
 #include "net/server/ws_session.h"
 
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -29,6 +42,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <optional>
 
 #include "net/protocol/kv_frames.h"
 #include "net/protocol/metrics.h"
@@ -91,13 +105,17 @@ class WsConnection : public std::enable_shared_from_this<WsConnection<Stream>> {
         space_freed_(strand_),
         writer_done_(strand_),
         kv_feed_(&state_->kv_pool_frames()),
-        kv_timer_(strand_) {}
+        kv_timer_(strand_),
+        watchdog_timer_(strand_),
+        last_heard_(Clock::now()),
+        last_sent_(last_heard_) {}
 
   websocket::stream<Stream>& ws() { return ws_; }
   asio::any_io_executor strand() const { return strand_; }
   const std::shared_ptr<ServerState>& state() const { return state_; }
 
   void on_client_frame(std::string_view text);
+  void heard_from_client() { last_heard_ = Clock::now(); }
   void reject_binary_frame() {
     send(0, ws_error_frame("", invalid_request("Binary frames are not supported: send JSON text "
                                                "frames (docs/websocket-protocol.md).")));
@@ -111,6 +129,7 @@ class WsConnection : public std::enable_shared_from_this<WsConnection<Stream>> {
   }
   static asio::awaitable<void> run_writer(std::shared_ptr<WsConnection> self);
   static asio::awaitable<void> run_kv_feed(std::shared_ptr<WsConnection> self);
+  static asio::awaitable<void> run_watchdog(std::shared_ptr<WsConnection> self);
 
   using std::enable_shared_from_this<WsConnection<Stream>>::weak_from_this;
 
@@ -137,6 +156,9 @@ class WsConnection : public std::enable_shared_from_this<WsConnection<Stream>> {
   void queue_kv_frame();
   KvRequestLabels kv_request_labels() const;
   void close_socket();
+  void close_gracefully(std::string reason);
+  bool busy() const { return !live_.empty() || kv_watch_ != nullptr; }
+  void check_timeouts(Clock::time_point now);
   actors::TokenCallback callback(uint64_t key, size_t prompt_index);
 
   std::shared_ptr<ServerState> state_;
@@ -160,6 +182,14 @@ class WsConnection : public std::enable_shared_from_this<WsConnection<Stream>> {
   asio::steady_timer kv_timer_;
   bool kv_feed_running_ = false;
   bool kv_frame_pending_ = false;  // a kv frame is queued or being written
+  // Timeouts (run_watchdog).
+  asio::steady_timer watchdog_timer_;
+  Clock::time_point last_heard_;  // the client's last frame (pings and pongs too), or the end
+                                  // of its last request
+  Clock::time_point last_sent_;   // the writer's last finished frame or ping
+  std::optional<Clock::time_point> write_started_;  // a frame or ping being written since
+  bool ping_wanted_ = false;
+  std::string close_reason_;  // sent in the close frame
 };
 
 template <class Stream>
@@ -193,6 +223,7 @@ template <class Stream>
 void WsConnection<Stream>::subscribe(const WsSubscribe& subscription) {
   if (!subscription.subscribe) {
     kv_watch_.reset();  // the feed ends at its next tick
+    last_heard_ = Clock::now();
     return;
   }
   if (!kv_watch_) kv_watch_ = state_->engine().watch_kv_map();
@@ -313,10 +344,8 @@ void WsConnection<Stream>::finish(uint64_t key, std::string_view how) {
               std::to_string(static_cast<int64_t>(ms)) + "ms");
   keys_.erase(it->second.frames.id());
   live_.erase(it);
-  if (draining_ && live_.empty()) {
-    closing_ = true;
-    outbox_changed_.notify();
-  }
+  last_heard_ = Clock::now();  // the idle timeout counts from the end of the last request
+  if (draining_ && live_.empty()) close_gracefully("server shutdown");
 }
 
 template <class Stream>
@@ -342,9 +371,51 @@ void WsConnection<Stream>::on_stop(bool hard) {
     close_socket();
     return;
   }
-  if (live_.empty()) {
-    closing_ = true;
+  if (live_.empty()) close_gracefully("server shutdown");
+}
+
+// Sends what is queued, then the close frame.
+template <class Stream>
+void WsConnection<Stream>::close_gracefully(std::string reason) {
+  if (closing_) return;
+  closing_ = true;
+  close_reason_ = std::move(reason);
+  outbox_changed_.notify();
+}
+
+template <class Stream>
+void WsConnection<Stream>::check_timeouts(Clock::time_point now) {
+  const HttpServerConfig& config = state_->config();
+  if (write_started_ && now - *write_started_ >= config.write_timeout) {
+    state_->log(peer_ + " \"WS\" closed: the client read nothing for " +
+                std::to_string(config.write_timeout.count()) + "s (write timeout)");
+    close_socket();  // the pending write fails; the reader then ends the connection
+    return;
+  }
+  if (closing_ || !outbox_.empty() || write_started_) return;
+  const Clock::duration half = Clock::duration(config.idle_timeout) / 2;
+  if (!busy() && now - last_heard_ >= config.idle_timeout) {
+    close_gracefully("idle timeout");
+    return;
+  }
+  const bool silent = busy() || now - last_heard_ >= half;
+  if (silent && now - last_sent_ >= half) {
+    ping_wanted_ = true;
     outbox_changed_.notify();
+  }
+}
+
+template <class Stream>
+asio::awaitable<void> WsConnection<Stream>::run_watchdog(std::shared_ptr<WsConnection> self) {
+  const HttpServerConfig& config = self->state_->config();
+  const Clock::duration shortest = std::min(config.idle_timeout, config.write_timeout);
+  const Clock::duration tick = std::clamp<Clock::duration>(
+      shortest / 4, std::chrono::milliseconds(50), std::chrono::seconds(5));
+  while (!self->ended_) {
+    self->watchdog_timer_.expires_after(tick);
+    co_await self->watchdog_timer_.async_wait(kTuple);
+    if (self->ended_) break;
+    self->check_timeouts(Clock::now());
   }
 }
 
@@ -356,6 +427,7 @@ void WsConnection<Stream>::end() {
   outbox_.clear();
   kv_watch_.reset();
   kv_timer_.cancel();
+  watchdog_timer_.cancel();
   close_socket();
   outbox_changed_.notify();
   space_freed_.notify();
@@ -367,8 +439,22 @@ asio::awaitable<void> WsConnection<Stream>::run_writer(std::shared_ptr<WsConnect
   while (!self->ended_) {
     if (self->outbox_.empty()) {
       if (self->closing_) {
-        co_await self->ws_.async_close(websocket::close_code::going_away, kTuple);
+        const websocket::close_reason reason(websocket::close_code::going_away,
+                                             self->close_reason_);
+        co_await self->ws_.async_close(reason, kTuple);
         break;
+      }
+      if (self->ping_wanted_) {
+        self->ping_wanted_ = false;
+        self->write_started_ = Clock::now();
+        auto [ec] = co_await self->ws_.async_ping({}, kTuple);
+        self->write_started_.reset();
+        self->last_sent_ = Clock::now();
+        if (ec) {
+          self->close_socket();
+          break;
+        }
+        continue;
       }
       co_await self->outbox_changed_.wait();
       continue;
@@ -377,7 +463,10 @@ asio::awaitable<void> WsConnection<Stream>::run_writer(std::shared_ptr<WsConnect
     const bool kv = self->outbox_.front().kv;
     self->outbox_.pop_front();
     self->space_freed_.notify();
+    self->write_started_ = Clock::now();
     auto [ec, bytes] = co_await self->ws_.async_write(asio::buffer(frame), kTuple);
+    self->write_started_.reset();
+    self->last_sent_ = Clock::now();
     if (kv) self->kv_frame_pending_ = false;
     if (ec) {
       self->close_socket();  // the reader then ends the connection
@@ -396,6 +485,7 @@ asio::awaitable<void> read_frames(std::shared_ptr<WsConnection<Stream>> conn) {
     co_await conn->wait_for_room();
     auto [ec, bytes] = co_await conn->ws().async_read(buffer, kTuple);
     if (ec) break;
+    conn->heard_from_client();
     if (conn->ws().got_text()) {
       conn->on_client_frame(beast::buffers_to_string(buffer.data()));
     } else {
@@ -413,11 +503,16 @@ asio::awaitable<void> run_websocket_session(std::shared_ptr<ServerState> state, 
                                             std::string peer) {
   beast::get_lowest_layer(stream).expires_never();  // the WebSocket's own timeouts take over
   auto conn = std::make_shared<WsConnection<Stream>>(state, std::move(stream), std::move(peer));
+  // Beast times the handshakes (opening and closing); WsConnection::run_watchdog the rest.
   websocket::stream_base::timeout timeout =
       websocket::stream_base::timeout::suggested(beast::role_type::server);
-  timeout.idle_timeout = state->config().idle_timeout;
+  timeout.idle_timeout = websocket::stream_base::none();
+  timeout.keep_alive_pings = false;
   conn->ws().set_option(timeout);
   conn->ws().read_message_max(state->config().max_body_bytes);
+  // Pings and pongs count as hearing from the client (called inside async_read, on the strand).
+  conn->ws().control_callback(
+      [raw = conn.get()](websocket::frame_type, beast::string_view) { raw->heard_from_client(); });
   conn->ws().text(true);
   // A browser that offered our subprotocol (it may carry its API key: router.h) fails the
   // handshake unless the answer names one it offered; never the key entry.
@@ -433,6 +528,7 @@ asio::awaitable<void> run_websocket_session(std::shared_ptr<ServerState> state, 
         if (auto alive = weak.lock()) alive->on_stop(hard);
       });
   asio::co_spawn(conn->strand(), WsConnection<Stream>::run_writer(conn), asio::detached);
+  asio::co_spawn(conn->strand(), WsConnection<Stream>::run_watchdog(conn), asio::detached);
   co_await read_frames(conn);
   conn->end();
   co_await conn->wait_for_writer();

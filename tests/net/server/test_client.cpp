@@ -204,10 +204,16 @@ void SseClient::disconnect() {
 struct WsClient::Impl {
   asio::io_context ioc;
   websocket::stream<tcp::socket> ws{ioc};
+  Ending ending;
 };
 
-WsClient::WsClient(uint16_t port, const std::string& target, const Headers& headers)
+WsClient::WsClient(uint16_t port, const std::string& target, const Headers& headers,
+                   int receive_buffer_bytes)
     : impl_(std::make_unique<Impl>()) {
+  if (receive_buffer_bytes > 0) {
+    impl_->ws.next_layer().open(tcp::v4());
+    impl_->ws.next_layer().set_option(asio::socket_base::receive_buffer_size(receive_buffer_bytes));
+  }
   impl_->ws.next_layer().connect(loopback(port));
   impl_->ws.set_option(websocket::stream_base::decorator([headers](websocket::request_type& req) {
     for (const auto& [name, value] : headers) req.set(name, value);
@@ -230,9 +236,18 @@ std::optional<std::string> WsClient::read() {
   beast::flat_buffer buffer;
   beast::error_code ec;
   impl_->ws.read(buffer, ec);
-  if (ec) return std::nullopt;
+  if (ec) {
+    impl_->ending.error = ec.message();
+    if (ec == websocket::error::closed) {
+      impl_->ending.close_code = impl_->ws.reason().code;
+      impl_->ending.close_reason = std::string(impl_->ws.reason().reason.c_str());
+    }
+    return std::nullopt;
+  }
   return beast::buffers_to_string(buffer.data());
 }
+
+const WsClient::Ending& WsClient::ending() const { return impl_->ending; }
 
 void WsClient::disconnect() {
   beast::error_code ignored;
@@ -268,13 +283,16 @@ HttpResult ws_handshake(uint16_t port, const std::string& target, const Headers&
 
 // ---- the server under test ----
 
-TestServer::TestServer(HttpServerConfig config, int max_num_seqs, int num_kv_blocks) {
+TestServer::TestServer(HttpServerConfig config, int max_num_seqs, int num_kv_blocks,
+                       std::shared_ptr<const actors::FaultHooks> fault_hooks) {
   actors::EngineConfig engine_config;
   engine_config.model_dir = pagedserve::testing::stories260k_dir();
   engine_config.num_kv_blocks = num_kv_blocks;
   engine_config.max_num_seqs = max_num_seqs;
   engine_config.num_threads = 1;
-  engine_ = actors::Engine::start(engine_config, engine_options_for(config, engine_config));
+  actors::EngineOptions options = engine_options_for(config, engine_config);
+  options.fault_hooks = std::move(fault_hooks);
+  engine_ = actors::Engine::start(engine_config, options);
   config.host = "127.0.0.1";
   config.port = 0;
   config.log = [this](std::string_view line) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "actors/engine.h"
+#include "actors/fault_hooks.h"
 #include "net/server/http_server.h"
 
 namespace pagedserve::net::testing {
@@ -72,13 +73,22 @@ class SseClient {
 
 class WsClient {
  public:
+  // receive_buffer_bytes > 0: the socket's SO_RCVBUF, as for SseClient.
   explicit WsClient(uint16_t port, const std::string& target = "/v1/stream",
-                    const Headers& headers = {});
+                    const Headers& headers = {}, int receive_buffer_bytes = 0);
   ~WsClient();
   void send(const std::string& text);
   void send_binary(const std::string& data);
   std::optional<std::string> read();  // nullopt once the connection closed
   void disconnect();                  // closes the TCP socket without a close frame
+  // How the connection ended, once read() returned nullopt: the server's close frame (code and
+  // reason), or code 0 and the read's error when it ended without one (EOF, reset).
+  struct Ending {
+    int close_code = 0;
+    std::string close_reason;
+    std::string error;
+  };
+  const Ending& ending() const;
 
  private:
   struct Impl;
@@ -93,8 +103,10 @@ HttpResult ws_handshake(uint16_t port, const std::string& target, const Headers&
 // The engine on stories260K (a small KV pool) and the server on 127.0.0.1:0.
 class TestServer {
  public:
+  // fault_hooks: for tests that hold or fail engine steps (actors/fault_hooks.h).
   explicit TestServer(HttpServerConfig config = {}, int max_num_seqs = 256,
-                      int num_kv_blocks = 1024);
+                      int num_kv_blocks = 1024,
+                      std::shared_ptr<const actors::FaultHooks> fault_hooks = nullptr);
   ~TestServer();
   uint16_t port() const { return port_; }
   actors::Engine& engine() { return *engine_; }

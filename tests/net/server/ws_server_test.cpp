@@ -1,8 +1,10 @@
 // The WebSocket endpoint (GET /v1/stream) end to end: two requests streamed interleaved on one
 // socket, a cancel (done frames with "abort", then nothing more for that id), invalid and
 // binary frames (error frames, the connection stays), duplicate ids, a client that
-// disconnects (its requests aborted, blocks freed), and a slow reader (failed with
-// "slow_reader" instead of buffering without bound).
+// disconnects (its requests aborted, blocks freed), a slow reader (failed with "slow_reader"
+// instead of buffering without bound), and the timeouts: a request outlives the idle timeout
+// while its client is silent, an idle silent client is closed with a close frame, a client that
+// stops reading is cut after the write timeout.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/actors/faulty_executor.h"
 #include "tests/net/server/test_client.h"
 
 namespace pagedserve::net::testing {
@@ -140,6 +143,96 @@ TEST(WsServerTest, StopFinishesRunningRequestsThenCloses) {
   stopper.join();
   EXPECT_EQ(last["type"], "done") << last.dump();
   EXPECT_EQ(last["finish_reason"], "length") << last.dump();
+  EXPECT_EQ(client.ending().close_code, 1001) << client.ending().error;  // going away
+  EXPECT_EQ(client.ending().close_reason, "server shutdown");
+}
+
+// A request held in the engine (as behind a long queue) for three idle timeouts while the client
+// sends nothing and does not even read (so answers no ping, as a client on a loaded machine may
+// not): the connection is busy, so it stays, and the request streams to its end. The soak saw
+// Beast's keep-alive timeout reset such sockets.
+TEST(WsServerTest, ARunningRequestOutlivesTheIdleTimeoutWhileItsClientIsSilent) {
+  if (!actors::kFaultInjectionCompiledIn) GTEST_SKIP() << "fault hooks are compiled out";
+  auto control = std::make_shared<actors::testing_util::ExecutorFaultControl>();
+  control->hold_first_step = true;
+  HttpServerConfig config;
+  config.idle_timeout = 1s;
+  TestServer server(config, 256, 1024,
+                    std::make_shared<const actors::FaultHooks>(
+                        actors::testing_util::executor_fault_hooks(control)));
+  WsClient client(server.port());
+  client.send(start_frame("a", 40));
+  ASSERT_TRUE(control->wait_until_first_step_held(20s));
+  std::this_thread::sleep_for(3s);
+  control->release();
+  int tokens = 0;
+  json done;
+  while (done.is_null()) {
+    const json frame = read_frame(client);
+    ASSERT_TRUE(frame.is_object()) << "the connection ended: " << client.ending().error;
+    ASSERT_EQ(frame["id"], "a") << frame.dump();
+    if (frame["type"] == "token") {
+      tokens += static_cast<int>(frame["token_ids"].size());
+    } else {
+      ASSERT_EQ(frame["type"], "done") << frame.dump();
+      done = frame;
+    }
+  }
+  EXPECT_EQ(done["finish_reason"], "length");
+  EXPECT_EQ(tokens, 40);
+  EXPECT_TRUE(server.wait_until_idle(5s));
+}
+
+// No request, no subscription, and a client that neither sends nor reads (so answers no ping):
+// after the idle timeout the server closes with a close frame that says why.
+TEST(WsServerTest, AnIdleSilentClientIsClosedWithAReason) {
+  HttpServerConfig config;
+  config.idle_timeout = 1s;
+  TestServer server(config);
+  WsClient client(server.port());
+  client.send(start_frame("q", 2));  // the idle time counts from the end of this request
+  for (json frame = read_frame(client); frame["type"] != "done"; frame = read_frame(client)) {
+    ASSERT_EQ(frame["type"], "token") << frame.dump();
+  }
+  // Half an idle timeout later the connection is still open: an invalid frame is answered.
+  std::this_thread::sleep_for(500ms);
+  client.send("{");
+  const json error = read_frame(client);
+  ASSERT_EQ(error["type"], "error") << error.dump() << client.ending().error;
+  std::this_thread::sleep_for(2500ms);  // silent: the server's ping goes unanswered
+  EXPECT_FALSE(client.read().has_value());
+  EXPECT_EQ(client.ending().close_code, 1001) << client.ending().error;
+  EXPECT_EQ(client.ending().close_reason, "idle timeout");
+}
+
+// A client that stops reading while its request streams: once one frame's write has waited
+// write_timeout, the server gives up on the socket and aborts the request (long before the
+// idle timeout, and before the send queue's bound would fail it as slow_reader).
+TEST(WsServerTest, AClientThatStopsReadingIsCutAfterTheWriteTimeout) {
+  HttpServerConfig config;
+  config.write_timeout = 1s;
+  TestServer server(config);
+  WsClient client(server.port(), "/v1/stream", {}, /*receive_buffer_bytes=*/4096);
+  // 96 requests of 400 tokens with 5 top logprobs (~38,000 frames of ~700 bytes) fill the
+  // socket buffers (the server's grows to 4 MiB) long before they end; the client reads nothing.
+  for (int i = 0; i < 96; ++i) {
+    json frame = json::parse(start_frame("w" + std::to_string(i), 400));
+    frame["logprobs"] = 5;
+    client.send(frame.dump());
+  }
+  EXPECT_TRUE(server.wait_until_idle(30s)) << "the requests of a stalled socket kept running";
+  bool timed_out = false;
+  for (int i = 0; i < 200 && !timed_out; ++i) {
+    for (const std::string& line : server.log_lines()) {
+      timed_out = timed_out || line.find("(write timeout)") != std::string::npos;
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(timed_out) << "no write-timeout close in the server log";
+  // What the client still reads ends without a close frame.
+  int frames = 0;
+  while (client.read()) ++frames;
+  EXPECT_EQ(client.ending().close_code, 0) << frames << " frames, then " << client.ending().error;
 }
 
 // A client that never reads: the server's queue for it stays bounded and its requests fail
