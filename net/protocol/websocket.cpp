@@ -136,6 +136,11 @@ ApiError ws_shutdown_error() {
   return server_error("the server is shutting down", 503, "server_shutdown");
 }
 
+ApiError ws_closing_error() {
+  return server_error("this connection is closing (idle timeout): open a new one for new requests",
+                      503, "connection_closing");
+}
+
 WsResponseStream::WsResponseStream(std::string id, const GenerationRequest& request)
     : id_(std::move(id)),
       n_(request.n),

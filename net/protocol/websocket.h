@@ -42,7 +42,7 @@ struct WsCancel {
   std::string id;  // the request to cancel
 };
 struct WsSubscribe {
-  std::string topic;  // "kv": the KV block map and engine gauges (net/protocol/kv_frames.h)
+  std::string topic;      // "kv": the KV block map and engine gauges (net/protocol/kv_frames.h)
   bool subscribe = true;  // false: unsubscribe
 };
 struct WsInvalid {
@@ -71,6 +71,7 @@ std::string ws_error_frame(std::string_view id, const ApiError& error);
 ApiError ws_duplicate_id_error(std::string_view id);  // a start frame reuses a live id (400)
 ApiError ws_slow_reader_error();  // the connection's send buffer is full (503, "slow_reader")
 ApiError ws_shutdown_error();     // the server is stopping (503, "server_shutdown")
+ApiError ws_closing_error();      // the connection is closing, idle (503, "connection_closing")
 
 // The frames for one started request (prompts x n choices, index = prompt_index * n +
 // event.index, as over HTTP). A choice's done frame goes out at its engine output's

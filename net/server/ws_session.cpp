@@ -185,7 +185,7 @@ class WsConnection : public std::enable_shared_from_this<WsConnection<Stream>> {
   // Timeouts (run_watchdog).
   asio::steady_timer watchdog_timer_;
   Clock::time_point last_heard_;  // the client's last frame (pings and pongs too), or the end
-                                  // of its last request
+                                  // of its last request (its last frame sent)
   Clock::time_point last_sent_;   // the writer's last finished frame or ping
   std::optional<Clock::time_point> write_started_;  // a frame or ping being written since
   bool ping_wanted_ = false;
@@ -278,6 +278,8 @@ void WsConnection<Stream>::start(WsStart start) {
   if (keys_.count(start.id))
     return send(0, ws_error_frame(start.id, ws_duplicate_id_error(start.id)));
   if (draining_) return send(0, ws_error_frame(start.id, ws_shutdown_error()));
+  // Decided to close for idleness: the close frame may be on its way; never start work now.
+  if (closing_) return send(0, ws_error_frame(start.id, ws_closing_error()));
   const int max_streams = state_->config().ws_max_streams;
   if (max_streams > 0 && live_.size() >= static_cast<size_t>(max_streams)) {
     return send(0, ws_error_frame(start.id, ws_too_many_streams_error(max_streams)));
@@ -350,7 +352,7 @@ void WsConnection<Stream>::finish(uint64_t key, std::string_view how) {
 
 template <class Stream>
 asio::awaitable<void> WsConnection<Stream>::wait_for_room() {
-  while (!ended_ && outbox_.size() >= state_->config().ws_max_queued_frames) {
+  while (!ended_ && !writer_finished_ && outbox_.size() >= state_->config().ws_max_queued_frames) {
     co_await space_freed_.wait();
   }
 }
@@ -467,6 +469,9 @@ asio::awaitable<void> WsConnection<Stream>::run_writer(std::shared_ptr<WsConnect
     auto [ec, bytes] = co_await self->ws_.async_write(asio::buffer(frame), kTuple);
     self->write_started_.reset();
     self->last_sent_ = Clock::now();
+    // A slow client's last request ends when its last frame is sent: the idle time counts
+    // from there, so such a client is pinged before it can be closed as idle.
+    if (!self->busy() && self->outbox_.empty()) self->last_heard_ = self->last_sent_;
     if (kv) self->kv_frame_pending_ = false;
     if (ec) {
       self->close_socket();  // the reader then ends the connection
@@ -475,6 +480,7 @@ asio::awaitable<void> WsConnection<Stream>::run_writer(std::shared_ptr<WsConnect
   }
   self->writer_finished_ = true;
   self->writer_done_.notify();
+  self->space_freed_.notify();  // a reader paused for room must see the writer gone
 }
 
 // Reads client frames until the socket closes, pausing while the send queue is full.

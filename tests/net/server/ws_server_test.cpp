@@ -187,19 +187,19 @@ TEST(WsServerTest, ARunningRequestOutlivesTheIdleTimeoutWhileItsClientIsSilent) 
 // after the idle timeout the server closes with a close frame that says why.
 TEST(WsServerTest, AnIdleSilentClientIsClosedWithAReason) {
   HttpServerConfig config;
-  config.idle_timeout = 1s;
+  config.idle_timeout = 3s;
   TestServer server(config);
   WsClient client(server.port());
   client.send(start_frame("q", 2));  // the idle time counts from the end of this request
   for (json frame = read_frame(client); frame["type"] != "done"; frame = read_frame(client)) {
     ASSERT_EQ(frame["type"], "token") << frame.dump();
   }
-  // Half an idle timeout later the connection is still open: an invalid frame is answered.
-  std::this_thread::sleep_for(500ms);
+  // A third of an idle timeout later the connection is still open: an invalid frame is answered.
+  std::this_thread::sleep_for(1s);
   client.send("{");
   const json error = read_frame(client);
   ASSERT_EQ(error["type"], "error") << error.dump() << client.ending().error;
-  std::this_thread::sleep_for(2500ms);  // silent: the server's ping goes unanswered
+  std::this_thread::sleep_for(6s);  // silent: the server's ping goes unanswered
   EXPECT_FALSE(client.read().has_value());
   EXPECT_EQ(client.ending().close_code, 1001) << client.ending().error;
   EXPECT_EQ(client.ending().close_reason, "idle timeout");
@@ -233,6 +233,31 @@ TEST(WsServerTest, AClientThatStopsReadingIsCutAfterTheWriteTimeout) {
   int frames = 0;
   while (client.read()) ++frames;
   EXPECT_EQ(client.ending().close_code, 0) << frames << " frames, then " << client.ending().error;
+}
+
+// A client that floods frames and reads nothing: its error frames fill the send queue, so the
+// reader pauses (no read pending) until the write timeout closes the socket. The connection must
+// then end (a paused reader sees the writer gone), or it would hold a graceful stop for the
+// whole drain timeout.
+TEST(WsServerTest, AFloodingClientThatStopsReadingEndsItsConnection) {
+  HttpServerConfig config;
+  config.write_timeout = 1s;
+  config.ws_max_queued_frames = 8;
+  config.drain_timeout = 20s;
+  TestServer server(config);
+  WsClient client(server.port(), "/v1/stream", {}, /*receive_buffer_bytes=*/4096);
+  // Each "{" gets an error frame back; the client's writes block once both directions are full
+  // and fail once the server gives up on the socket.
+  int sent = 0;
+  try {
+    for (; sent < 2'000'000; ++sent) client.send("{");
+  } catch (const std::exception&) {
+  }
+  ASSERT_LT(sent, 2'000'000) << "the server never stopped reading";
+  const auto stop_start = std::chrono::steady_clock::now();
+  server.server().stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - stop_start, 10s)
+      << "a connection outlived its socket and held the drain";
 }
 
 // A client that never reads: the server's queue for it stays bounded and its requests fail
