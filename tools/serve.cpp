@@ -45,7 +45,8 @@ const char* const kServeHelp =
     "  --drain-timeout SECONDS      on SIGINT/SIGTERM, how long streams may finish (default 10)\n"
     "  --idle-timeout SECONDS       close connections silent this long (default 60)\n"
     "  --log-interval SECONDS       period of the engine log line, 0 = off (default 10)\n"
-    "  --no-ui                      do not serve the playground page at GET / (docs/playground.md)\n"
+    "  --no-ui                      do not serve the playground page at GET / "
+    "(docs/playground.md)\n"
     "  --metrics-compat vllm        /metrics also shows vLLM's series (vllm:num_requests_waiting,\n"
     "                               vllm:kv_cache_usage_perc, ...) for routers set up for vLLM\n"
     "  --check-args                 check the flags, print 'arguments OK' and exit (loads\n"
@@ -219,13 +220,14 @@ int run_serve(const std::vector<std::string>& args) {
     net::HttpServer server(*engine, server_config);
     const uint16_t port = server.start();
     const char* scheme = server_config.tls_cert_file.empty() ? "http://" : "https://";
-    std::cerr << "pagedserve: serving " << engine_config.model_dir.string() << " on " << scheme
-              << server_config.host << ":" << port << " (Ctrl-C to stop)" << std::endl;
-    if (server_config.serve_ui) {
-      std::cerr << "pagedserve: playground at " << scheme << server_config.host << ":" << port
-                << "/" << std::endl;
-    }
-    server.run_until_signal();
+    server.run_until_signal([&] {
+      std::cerr << "pagedserve: serving " << engine_config.model_dir.string() << " on " << scheme
+                << server_config.host << ":" << port << " (Ctrl-C to stop)" << std::endl;
+      if (server_config.serve_ui) {
+        std::cerr << "pagedserve: playground at " << scheme << server_config.host << ":" << port
+                  << "/" << std::endl;
+      }
+    });
   }
   engine->shutdown();
   std::cerr << "pagedserve: stopped" << std::endl;

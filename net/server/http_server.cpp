@@ -263,7 +263,7 @@ uint16_t HttpServer::start() {
   return port;
 }
 
-void HttpServer::run_until_signal() {
+void HttpServer::run_until_signal(const std::function<void()>& on_ready) {
   Impl& s = *impl_;
   if (!s.ioc) return;
   std::optional<asio::signal_set> signals(std::in_place, *s.ioc, SIGINT, SIGTERM);
@@ -273,6 +273,7 @@ void HttpServer::run_until_signal() {
     s.stop_requested = true;
     s.stop_requested_cv.notify_all();
   });
+  if (on_ready) on_ready();
   {
     std::unique_lock lock(s.mu);
     s.stop_requested_cv.wait(lock, [&s] { return s.stop_requested; });

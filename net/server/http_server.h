@@ -104,8 +104,10 @@ class HttpServer {
   // port. Throws std::runtime_error when a TLS file is missing or bad (before binding) or the
   // address cannot be bound.
   uint16_t start();
-  // Blocks until SIGINT or SIGTERM (or stop() from another thread), then stops.
-  void run_until_signal();
+  // Blocks until SIGINT or SIGTERM (or stop() from another thread), then stops. `on_ready`
+  // runs once the signals are caught (e.g. to print "serving"): a supervisor that signals as
+  // soon as it reads that line gets a graceful stop, not the default action's kill.
+  void run_until_signal(const std::function<void()>& on_ready = {});
   // The graceful shutdown above; idempotent, blocking.
   void stop();
 
