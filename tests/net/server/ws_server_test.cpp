@@ -211,6 +211,9 @@ TEST(WsServerTest, AnIdleSilentClientIsClosedWithAReason) {
 TEST(WsServerTest, AClientThatStopsReadingIsCutAfterTheWriteTimeout) {
   HttpServerConfig config;
   config.write_timeout = 1s;
+  // No slow_reader here: a writer slower than the engine (a Debug ASan build) would otherwise
+  // fail the requests and drop their frames before the socket is full, and nothing would stall.
+  config.ws_max_queued_frames = 1'000'000;
   TestServer server(config);
   WsClient client(server.port(), "/v1/stream", {}, /*receive_buffer_bytes=*/4096);
   // 96 requests of 400 tokens with 5 top logprobs (~38,000 frames of ~700 bytes) fill the
@@ -228,7 +231,8 @@ TEST(WsServerTest, AClientThatStopsReadingIsCutAfterTheWriteTimeout) {
     }
     std::this_thread::sleep_for(50ms);
   }
-  EXPECT_TRUE(timed_out) << "no write-timeout close in the server log";
+  // (ASSERT: a connection left open would block the reads below until the idle timeout.)
+  ASSERT_TRUE(timed_out) << "no write-timeout close in the server log";
   // What the client still reads ends without a close frame.
   int frames = 0;
   while (client.read()) ++frames;
