@@ -158,6 +158,11 @@ class WsConnection : public std::enable_shared_from_this<WsConnection<Stream>> {
   void close_socket();
   void close_gracefully(std::string reason);
   bool busy() const { return !live_.empty() || kv_watch_ != nullptr; }
+  // After each write (frame or ping), whatever its outcome: what the watchdog times.
+  void write_finished() {
+    write_started_.reset();
+    last_sent_ = Clock::now();
+  }
   void check_timeouts(Clock::time_point now);
   actors::TokenCallback callback(uint64_t key, size_t prompt_index);
 
@@ -450,8 +455,7 @@ asio::awaitable<void> WsConnection<Stream>::run_writer(std::shared_ptr<WsConnect
         self->ping_wanted_ = false;
         self->write_started_ = Clock::now();
         auto [ec] = co_await self->ws_.async_ping({}, kTuple);
-        self->write_started_.reset();
-        self->last_sent_ = Clock::now();
+        self->write_finished();
         if (ec) {
           self->close_socket();
           break;
@@ -467,8 +471,7 @@ asio::awaitable<void> WsConnection<Stream>::run_writer(std::shared_ptr<WsConnect
     self->space_freed_.notify();
     self->write_started_ = Clock::now();
     auto [ec, bytes] = co_await self->ws_.async_write(asio::buffer(frame), kTuple);
-    self->write_started_.reset();
-    self->last_sent_ = Clock::now();
+    self->write_finished();
     // A slow client's last request ends when its last frame is sent: the idle time counts
     // from there, so such a client is pinged before it can be closed as idle.
     if (!self->busy() && self->outbox_.empty()) self->last_heard_ = self->last_sent_;
