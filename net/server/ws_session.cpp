@@ -57,6 +57,7 @@ namespace websocket = beast::websocket;
 using Clock = std::chrono::steady_clock;
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 constexpr std::chrono::milliseconds kKvFeedInterval{100};  // <= 10 kv frames a second
+constexpr std::chrono::seconds kFinishedLabelTime{2};
 
 // A start frame while --max-ws-streams requests run on this socket: refused, socket kept
 // (429-like: the client may retry once one of its streams ended).
@@ -155,6 +156,7 @@ class WsConnection : public std::enable_shared_from_this<WsConnection<Stream>> {
   void subscribe(const WsSubscribe& subscription);
   void queue_kv_frame();
   KvRequestLabels kv_request_labels() const;
+  static void add_labels(const Live& live, KvRequestLabels& labels);
   void close_socket();
   void close_gracefully(std::string reason);
   bool busy() const { return !live_.empty() || kv_watch_ != nullptr; }
@@ -187,6 +189,11 @@ class WsConnection : public std::enable_shared_from_this<WsConnection<Stream>> {
   asio::steady_timer kv_timer_;
   bool kv_feed_running_ = false;
   bool kv_frame_pending_ = false;  // a kv frame is queued or being written
+  // Requests that ended in the last kFinishedLabelTime, by when they are forgotten: the map a
+  // kv frame shows can be one the engine published before their last frame was sent, still
+  // holding their blocks, and it should name them as it did while they ran.
+  KvRequestLabels finished_labels_;
+  std::map<uint64_t, Clock::time_point> finished_label_until_;
   // Timeouts (run_watchdog).
   asio::steady_timer watchdog_timer_;
   Clock::time_point last_heard_;  // the client's last frame (pings and pongs too), or the end
@@ -239,14 +246,17 @@ void WsConnection<Stream>::subscribe(const WsSubscribe& subscription) {
 }
 
 template <class Stream>
-KvRequestLabels WsConnection<Stream>::kv_request_labels() const {
-  KvRequestLabels labels;
-  for (const auto& [key, live] : live_) {
-    for (size_t i = 0; i < live.streams.size(); ++i) {
-      labels[live.streams[i]->request_id()] =
-          i == 0 ? live.frames.id() : live.frames.id() + "/" + std::to_string(i);
-    }
+void WsConnection<Stream>::add_labels(const Live& live, KvRequestLabels& labels) {
+  for (size_t i = 0; i < live.streams.size(); ++i) {
+    labels[live.streams[i]->request_id()] =
+        i == 0 ? live.frames.id() : live.frames.id() + "/" + std::to_string(i);
   }
+}
+
+template <class Stream>
+KvRequestLabels WsConnection<Stream>::kv_request_labels() const {
+  KvRequestLabels labels = finished_labels_;
+  for (const auto& [key, live] : live_) add_labels(live, labels);
   return labels;
 }
 
@@ -255,6 +265,15 @@ KvRequestLabels WsConnection<Stream>::kv_request_labels() const {
 template <class Stream>
 void WsConnection<Stream>::queue_kv_frame() {
   if (kv_frame_pending_ || ended_ || closing_) return;
+  const Clock::time_point now = Clock::now();
+  for (auto it = finished_label_until_.begin(); it != finished_label_until_.end();) {
+    if (it->second > now) {
+      ++it;
+      continue;
+    }
+    finished_labels_.erase(it->first);
+    it = finished_label_until_.erase(it);
+  }
   actors::Engine& engine = state_->engine();
   const int64_t t_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
@@ -350,6 +369,14 @@ void WsConnection<Stream>::finish(uint64_t key, std::string_view how) {
   state_->log(peer_ + " \"WS " + it->second.frames.id() + "\" " + std::string(how) + " " +
               std::to_string(static_cast<int64_t>(ms)) + "ms");
   keys_.erase(it->second.frames.id());
+  if (kv_watch_) {
+    KvRequestLabels ended;
+    add_labels(it->second, ended);
+    for (auto& [request, label] : ended) {
+      finished_label_until_[request] = Clock::now() + kFinishedLabelTime;
+      finished_labels_[request] = std::move(label);
+    }
+  }
   live_.erase(it);
   last_heard_ = Clock::now();  // the idle timeout counts from the end of the last request
   if (draining_ && live_.empty()) close_gracefully("server shutdown");
