@@ -33,6 +33,14 @@ std::string SpeculativeConfig::validate() const {
     return "num_speculative_tokens must be in [1, 64], got " +
            std::to_string(num_speculative_tokens);
   }
+  if (max_speculative_tokens != 0 &&
+      (max_speculative_tokens < num_speculative_tokens || max_speculative_tokens > 64)) {
+    return "num_speculative_tokens_max must be 0 or in [num_speculative_tokens, 64], got " +
+           std::to_string(max_speculative_tokens);
+  }
+  if (max_speculative_tokens != 0 && method != SpeculativeMethod::kNgram) {
+    return "num_speculative_tokens_max (an adaptive length) applies to ngram proposals only";
+  }
   if (ngram_min < 1) return "ngram_min must be >= 1, got " + std::to_string(ngram_min);
   if (ngram_max < ngram_min || ngram_max > 64) {
     return "ngram_max must be in [ngram_min, 64], got " + std::to_string(ngram_max);

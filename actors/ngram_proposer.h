@@ -22,8 +22,13 @@ SpeculativeMethod parse_speculative_method(std::string_view name);
 struct SpeculativeConfig {
   SpeculativeMethod method = SpeculativeMethod::kNone;  // --speculative
   int num_speculative_tokens = 4;                       // --num-speculative-tokens: K
-  int ngram_min = 1;                                    // --ngram-min: shortest suffix matched
-  int ngram_max = 4;                                    // --ngram-max: longest suffix matched
+  // n-gram proposals, adaptive length: a sequence starts at K proposals per step; each step
+  // that accepts all of them lets it propose 2 more (up to this), each rejection 1 fewer
+  // (down to 1). A prompt copied verbatim is then verified in long rows, a loose match in
+  // short ones. --num-speculative-tokens-max; 0 (default) = K, a fixed length.
+  int max_speculative_tokens = 0;
+  int ngram_min = 1;  // --ngram-min: shortest suffix matched
+  int ngram_max = 4;  // --ngram-max: longest suffix matched
   // The policy: no proposals at all in a step planned while more than this many sequences
   // run (verifying K extra tokens per sequence only pays while the step is bound by reading
   // the weights, not by compute; docs/speculative-decoding.md has the measurements).
@@ -47,6 +52,10 @@ struct SpeculativeConfig {
   static constexpr int kSpeculativeMaxProbeInterval = 256;
 
   bool enabled() const { return method != SpeculativeMethod::kNone; }
+  // The adaptive length's ceiling: max_speculative_tokens, or K when it is 0.
+  int max_tokens() const {
+    return max_speculative_tokens > 0 ? max_speculative_tokens : num_speculative_tokens;
+  }
   // The batch limit in force: max_batch_seqs, or by method when it is -1: 2 for n-gram
   // proposals (they lose from batch 3-4 on the CPU even with the acceptance policy), 4 for a
   // draft (one accepted as well as a twin still gains 2x there); docs/speculative-decoding.md.

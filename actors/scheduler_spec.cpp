@@ -78,8 +78,9 @@ void Scheduler::propose_tokens() {
       const int num_tokens = group.num_tokens(seq);
       const int num_out = static_cast<int>(seq.output_token_ids.size());
       // The step emits up to K + 1 tokens: never past max_tokens or max_model_len.
-      const int cap = std::min({config_.speculative.num_speculative_tokens,
-                                group.sampling.max_tokens - num_out - 1,
+      const int length = seq.spec_num_tokens > 0 ? seq.spec_num_tokens
+                                                 : config_.speculative.num_speculative_tokens;
+      const int cap = std::min({length, group.sampling.max_tokens - num_out - 1,
                                 config_.max_model_len - num_tokens - 1});
       if (cap <= 0) continue;
       if (config_.speculative.method == SpeculativeMethod::kDraft) {
@@ -100,6 +101,21 @@ void Scheduler::record_accepted(Sequence& seq, int num_accepted) {
   seq.spec_accepted_average = seq.spec_accepted_average < 0.0
                                   ? num_accepted
                                   : 0.5 * seq.spec_accepted_average + 0.5 * num_accepted;
+}
+
+void Scheduler::adapt_proposal_length(Sequence& seq, int num_proposed, int num_accepted) const {
+  const SpeculativeConfig& spec = config_.speculative;
+  if (spec.max_speculative_tokens == 0) return;  // a fixed length
+  const int current = seq.spec_num_tokens > 0 ? seq.spec_num_tokens : spec.num_speculative_tokens;
+  // All accepted: the text is being copied, longer rows pay (a row costs ~5% more per extra
+  // token, an accepted token saves a whole step). A rejection: one fewer, so a loose match
+  // stops paying for rows it throws away. A row cut short by max_tokens or by the match's
+  // end says nothing about the length.
+  if (num_accepted == num_proposed) {
+    if (num_proposed == current) seq.spec_num_tokens = std::min(current + 2, spec.max_tokens());
+  } else {
+    seq.spec_num_tokens = std::max(current - 1, 1);
+  }
 }
 
 int32_t Scheduler::planned_token(const SequenceGroup& group, const Sequence& seq, int i) const {
@@ -145,6 +161,7 @@ void Scheduler::accept_verified(SequenceGroup& group, Sequence& seq,
   seq.num_proposed_tokens += num_proposed;
   seq.num_accepted_tokens += num_accepted;
   record_accepted(seq, num_accepted);
+  if (!drafted) adapt_proposal_length(seq, num_proposed, num_accepted);
   // Each draw is a token as if sampled alone: stop checks after each, nothing after a stop.
   for (size_t i = 0; i < samples.size() && !seq.finished(); ++i) {
     const bool grammar_ended = i < output.grammar_ended.size() && output.grammar_ended[i] != 0;

@@ -57,6 +57,9 @@ struct Sequence {
   int spec_held_steps = 0;
   int spec_probe_interval = 0;  // 0: SpeculativeConfig::kSpeculativeProbeInterval
   int spec_wait_steps = 0;      // steps left before the next n-gram lookup after one found none
+  // n-gram proposals' adaptive length (SpeculativeConfig::max_speculative_tokens): how many
+  // this sequence proposes next; 0 until its first verifying step (then K).
+  int spec_num_tokens = 0;
   // Draft-model proposals: positions whose draft K/V are in the cache (the draft catches up
   // from here when it next proposes; 0 for a new or recomputed sequence, kept across swaps).
   int draft_num_computed_tokens = 0;

@@ -11,7 +11,7 @@ const std::set<std::string> kEngineValueFlags = {
     "dtype",           "kv-cache-dtype", "kv-allocator",  "sim-profile",
     "quantization",
     // speculative decoding (docs/speculative-decoding.md)
-    "speculative", "num-speculative-tokens", "ngram-min", "ngram-max", "speculative-max-batch", "speculative-min-accepted",
+    "speculative", "num-speculative-tokens", "num-speculative-tokens-max", "ngram-min", "ngram-max", "speculative-max-batch", "speculative-min-accepted",
     "draft-model"};
 // clang-format on
 const std::set<std::string> kEngineBoolFlags = {"no-prefix-caching"};
@@ -56,6 +56,8 @@ const char* const kEngineFlagsHelp =
     "  --draft-model PATH           the draft: a Hugging Face folder or a .gguf file with the\n"
     "                               target's vocabulary (--speculative draft)\n"
     "  --num-speculative-tokens K   proposals verified per sequence per step (default 4)\n"
+    "  --num-speculative-tokens-max M  ngram: adaptive length from K up to M (all accepted:\n"
+    "                               2 more next step; a rejection: 1 fewer; default: fixed K)\n"
     "  --ngram-min N, --ngram-max M suffix lengths matched, longest first (default 1 and 4)\n"
     "  --speculative-max-batch N    no proposals while more than N sequences run (default 2\n"
     "                               for ngram, 4 for draft; 0: no limit)\n"
@@ -119,6 +121,8 @@ actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
   if (flags.has("draft-model")) config.speculative.draft_model = flags.require("draft-model");
   config.speculative.num_speculative_tokens =
       static_cast<int>(flags.get_int("num-speculative-tokens", 4, 1, 64));
+  config.speculative.max_speculative_tokens =
+      static_cast<int>(flags.get_int("num-speculative-tokens-max", 0, 0, 64));
   config.speculative.ngram_min = static_cast<int>(flags.get_int("ngram-min", 1, 1, 64));
   config.speculative.ngram_max = static_cast<int>(flags.get_int("ngram-max", 4, 1, 64));
   config.speculative.max_batch_seqs =

@@ -185,6 +185,32 @@ TEST(SpeculativeEngine, TheAcceptancePolicyHoldsBackMissesAndChangesNoOutput) {
   EXPECT_LT(alone.stats.num_steps, alone_baseline.stats.num_steps);
 }
 
+// The adaptive length (SpeculativeConfig::max_speculative_tokens): a sequence whose proposals
+// are all accepted proposes 2 more next time, so on the grounded prompt rows grow past K; the
+// outputs stay the same, and it saves steps over the fixed K.
+TEST(SpeculativeEngine, TheAdaptiveLengthGrowsPastKAndChangesNoOutput) {
+  const EngineConfig plain = testing_util::stories_config();
+  const std::vector<Request> requests = story_requests(96);
+  EngineConfig adaptive = with_speculation(plain, 0, /*k=*/2);
+  adaptive.speculative.max_speculative_tokens = 12;
+  expect_same_outputs(run(plain, requests), run(adaptive, requests), "batch, adaptive");
+  expect_same_outputs(run(plain, requests, /*overlap=*/true),
+                      run(adaptive, requests, /*overlap=*/true), "batch, overlap, adaptive");
+
+  const std::vector<Request> grounded = {requests.back()};
+  const EngineRun fixed_run = run(with_speculation(plain, 0, 2), grounded);
+  const EngineRun adaptive_run = run(adaptive, grounded);
+  expect_same_outputs(fixed_run, adaptive_run, "grounded prompt alone");
+  auto per_row = [](const EngineRun& r) {
+    return static_cast<double>(r.stats.num_spec_proposed_tokens) /
+           static_cast<double>(std::max<int64_t>(r.stats.num_spec_rows, 1));
+  };
+  EXPECT_LE(per_row(fixed_run), 2.0);
+  EXPECT_GT(per_row(adaptive_run), 2.5) << "rows grew past K on accepted proposals";
+  EXPECT_LE(per_row(adaptive_run), 12.0);
+  EXPECT_LT(adaptive_run.stats.num_steps, fixed_run.stats.num_steps);
+}
+
 TEST(SpeculativeEngine, LogprobsComeOnePerTokenWithTheSameValues) {
   const EngineConfig plain = testing_util::stories_config();
   model::SamplingParams params = greedy(40);
@@ -413,6 +439,11 @@ TEST(SpeculativeEngine, RefusesSettingsItCannotServe) {
   EXPECT_THROW(LlmEngine{config}, std::invalid_argument);
   config = with_speculation(testing_util::stories_config());
   config.speculative.ngram_max = 0;
+  EXPECT_THROW(LlmEngine{config}, std::invalid_argument);
+  config = with_speculation(testing_util::stories_config(), 0, /*k=*/4);
+  config.speculative.max_speculative_tokens = 3;  // below K
+  EXPECT_THROW(LlmEngine{config}, std::invalid_argument);
+  config.speculative.max_speculative_tokens = 65;
   EXPECT_THROW(LlmEngine{config}, std::invalid_argument);
 }
 

@@ -13,7 +13,8 @@
 // Benchmark loop: the quantity is a ratio of two runs.
 //
 //   spec_decode_bench [--model DIR] [--max-tokens N] [--prompt-tokens N] [--batches 1,2,4]
-//                     [--make-model DIR] [--verify-cost 1] [--k K] [--ngram-min N] [--ngram-max M]
+//                     [--make-model DIR] [--verify-cost 1] [--k K] [--k-max M] [--ngram-min N]
+//                     [--ngram-max M]
 //                     [--threads N] [--trials N] [--draft DIR|FILE.gguf] [--temperature T]
 //                     [--min-accepted A] [--max-batch N]   (the policy: --speculative-min-accepted,
 //                     default as the server's, 0 = every sequence proposes;
@@ -182,6 +183,7 @@ int main(int argc, char** argv) {
   int max_tokens = 256;
   int prompt_tokens = 256;
   int k = 4;
+  int k_max = 0;
   int ngram_min = 1;
   int ngram_max = 4;
   int threads = 0;
@@ -214,6 +216,8 @@ int main(int argc, char** argv) {
       model = value;
     } else if (flag == "--k") {
       k = std::stoi(value);
+    } else if (flag == "--k-max") {
+      k_max = std::stoi(value);
     } else if (flag == "--ngram-min") {
       ngram_min = std::stoi(value);
     } else if (flag == "--ngram-max") {
@@ -256,6 +260,7 @@ int main(int argc, char** argv) {
   actors::EngineConfig spec = plain;
   spec.speculative.method = actors::SpeculativeMethod::kNgram;
   spec.speculative.num_speculative_tokens = k;
+  spec.speculative.max_speculative_tokens = k_max;  // 0 (default): a fixed K
   spec.speculative.ngram_min = ngram_min;
   spec.speculative.ngram_max = ngram_max;
   spec.speculative.max_batch_seqs = max_batch;  // 0 (default): measure every batch size
@@ -280,9 +285,9 @@ int main(int argc, char** argv) {
     }
   }
   std::printf(
-      "model %s, %s, k %d, min accepted %.2f, temperature %.2f, max_tokens %d, grounded "
+      "model %s, %s, k %d, k max %d, min accepted %.2f, temperature %.2f, max_tokens %d, grounded "
       "prompts of %d + %d tokens\n",
-      model.c_str(), draft.empty() ? "n-gram" : ("draft " + draft).c_str(), k, min_accepted,
+      model.c_str(), draft.empty() ? "n-gram" : ("draft " + draft).c_str(), k, k_max, min_accepted,
       temperature, max_tokens, static_cast<int>(grounded[0].size()) - prompt_tokens, prompt_tokens);
   std::printf("%-9s %5s %11s %11s %8s %8s %7s %7s %9s %9s %8s\n", "task", "batch", "base tok/s",
               "spec tok/s", "speedup", "decode", "steps", "spec", "proposed", "accepted",
