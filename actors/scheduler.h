@@ -271,7 +271,9 @@ class Scheduler {
   void propose_tokens();
   // The acceptance policy's moving average (SpeculativeConfig::min_accepted_per_seq).
   static void record_accepted(Sequence& seq, int num_accepted);
-  // n-gram proposals' adaptive length, after a verifying step (SpeculativeConfig).
+  // n-gram proposals' adaptive length: the next row's (K until the first verifying step), and
+  // its update after a verifying step (SpeculativeConfig::max_speculative_tokens).
+  int proposal_length(const Sequence& seq) const;
   void adapt_proposal_length(Sequence& seq, int num_proposed, int num_accepted) const;
   bool may_speculate(const SequenceGroup& group, const Sequence& seq) const;
   // The tokens the step computes for a held sequence: position i of its tokens, or past the

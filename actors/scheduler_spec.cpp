@@ -78,9 +78,7 @@ void Scheduler::propose_tokens() {
       const int num_tokens = group.num_tokens(seq);
       const int num_out = static_cast<int>(seq.output_token_ids.size());
       // The step emits up to K + 1 tokens: never past max_tokens or max_model_len.
-      const int length = seq.spec_num_tokens > 0 ? seq.spec_num_tokens
-                                                 : config_.speculative.num_speculative_tokens;
-      const int cap = std::min({length, group.sampling.max_tokens - num_out - 1,
+      const int cap = std::min({proposal_length(seq), group.sampling.max_tokens - num_out - 1,
                                 config_.max_model_len - num_tokens - 1});
       if (cap <= 0) continue;
       if (config_.speculative.method == SpeculativeMethod::kDraft) {
@@ -103,10 +101,14 @@ void Scheduler::record_accepted(Sequence& seq, int num_accepted) {
                                   : 0.5 * seq.spec_accepted_average + 0.5 * num_accepted;
 }
 
+int Scheduler::proposal_length(const Sequence& seq) const {
+  return seq.spec_num_tokens > 0 ? seq.spec_num_tokens : config_.speculative.num_speculative_tokens;
+}
+
 void Scheduler::adapt_proposal_length(Sequence& seq, int num_proposed, int num_accepted) const {
   const SpeculativeConfig& spec = config_.speculative;
   if (spec.max_speculative_tokens == 0) return;  // a fixed length
-  const int current = seq.spec_num_tokens > 0 ? seq.spec_num_tokens : spec.num_speculative_tokens;
+  const int current = proposal_length(seq);
   // All accepted: the text is being copied, longer rows pay (a row costs ~5% more per extra
   // token, an accepted token saves a whole step). A rejection: one fewer, so a loose match
   // stops paying for rows it throws away. A row cut short by max_tokens or by the match's

@@ -192,8 +192,11 @@ class WsConnection : public std::enable_shared_from_this<WsConnection<Stream>> {
   // Requests that ended in the last kFinishedLabelTime, by when they are forgotten: the map a
   // kv frame shows can be one the engine published before their last frame was sent, still
   // holding their blocks, and it should name them as it did while they ran.
-  KvRequestLabels finished_labels_;
-  std::map<uint64_t, Clock::time_point> finished_label_until_;
+  struct FinishedLabel {
+    std::string label;
+    Clock::time_point until;
+  };
+  std::map<uint64_t, FinishedLabel> finished_labels_;  // by the engine's request id
   // Timeouts (run_watchdog).
   asio::steady_timer watchdog_timer_;
   Clock::time_point last_heard_;  // the client's last frame (pings and pongs too), or the end
@@ -255,7 +258,8 @@ void WsConnection<Stream>::add_labels(const Live& live, KvRequestLabels& labels)
 
 template <class Stream>
 KvRequestLabels WsConnection<Stream>::kv_request_labels() const {
-  KvRequestLabels labels = finished_labels_;
+  KvRequestLabels labels;
+  for (const auto& [request, finished] : finished_labels_) labels[request] = finished.label;
   for (const auto& [key, live] : live_) add_labels(live, labels);
   return labels;
 }
@@ -266,18 +270,10 @@ template <class Stream>
 void WsConnection<Stream>::queue_kv_frame() {
   if (kv_frame_pending_ || ended_ || closing_) return;
   const Clock::time_point now = Clock::now();
-  for (auto it = finished_label_until_.begin(); it != finished_label_until_.end();) {
-    if (it->second > now) {
-      ++it;
-      continue;
-    }
-    finished_labels_.erase(it->first);
-    it = finished_label_until_.erase(it);
-  }
+  std::erase_if(finished_labels_, [now](const auto& entry) { return entry.second.until <= now; });
   actors::Engine& engine = state_->engine();
   const int64_t t_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
-          .count();
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
   std::string frame =
       kv_feed_.next_frame(engine.kv_map(), engine.stats(), kv_request_labels(), t_ms);
   if (frame.empty()) return;  // nothing published yet
@@ -372,10 +368,8 @@ void WsConnection<Stream>::finish(uint64_t key, std::string_view how) {
   if (kv_watch_) {
     KvRequestLabels ended;
     add_labels(it->second, ended);
-    for (auto& [request, label] : ended) {
-      finished_label_until_[request] = Clock::now() + kFinishedLabelTime;
-      finished_labels_[request] = std::move(label);
-    }
+    const Clock::time_point until = Clock::now() + kFinishedLabelTime;
+    for (auto& [request, label] : ended) finished_labels_[request] = {std::move(label), until};
   }
   live_.erase(it);
   last_heard_ = Clock::now();  // the idle timeout counts from the end of the last request
