@@ -10,6 +10,12 @@
 // over the row. Probabilities of the elements walked one by one use std::exp exactly as the
 // sorted definition does; bucket masses differ from the element-by-element sums only in
 // rounding (~1e-16), so a draw can differ only when it lands that close to a boundary.
+//
+// The clients' default, a temperature with nothing filtered, skips even the histogram: its
+// per-element scatter is most of a draw's cost, and the draw needs only the total mass, the
+// mass before the few elements where it lands, and those elements. The band draw
+// (model/band_draw.h) estimates where from a subsample and gets all three in one vectorised
+// pass; rows it cannot decide come back here.
 #include "model/sampler.h"
 
 #include <algorithm>
@@ -21,6 +27,7 @@
 #include <vector>
 
 #include "kernels/cpu/sampling_rows.h"
+#include "model/band_draw.h"
 #include "model/bucketed_row.h"
 
 namespace pagedserve::model {
@@ -215,6 +222,8 @@ std::optional<std::vector<Candidate>> few_candidates(std::span<const float> logi
 }
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// Below this a row's histogram costs little and the band draw's subsample would be most of it.
+constexpr int64_t kBandDrawMinVocab = 4096;
 
 struct Draws {
   std::vector<int32_t> tokens;                              // one per uniform
@@ -234,6 +243,18 @@ Draws draw(std::span<const float> logits, const SamplingParams& params,
     return out;
   };
   if (params.is_greedy()) return first_max();
+  // The clients' default (a temperature, nothing filtered): the band draw, without the
+  // bucketed histogram, when it can decide the draw; the bucketed row otherwise.
+  const bool unfiltered =
+      (params.top_k <= 0 || params.top_k >= vocab) && params.top_p >= 1.0f && params.min_p <= 0.0f;
+  if (unfiltered && us.size() == 1 && vocab >= kBandDrawMinVocab) {
+    if (std::optional<sampling::BandDraw> band =
+            sampling::band_draw(logits, params.temperature, us[0])) {
+      Draws out{{band->token}, kNaN, band->row_max};
+      if (params.temperature == 1.0f) out.log_sum_exp = band->row_max + std::log(band->total);
+      return out;
+    }
+  }
   const kernels::RowRange range = kernels::row_min_max(logits.data(), vocab);
   // No finite maximum (every token banned, or an infinite or NaN row): no distribution to
   // sample; the first maximum, as greedy.

@@ -24,9 +24,9 @@ double uniform_from_counter(uint64_t seed, uint64_t step);
 // temperature, sorted (highest first, ties by lower id), filtered by top-k, top-p and min-p
 // (each relative to the softmax of what remains, applied in that order as vLLM does),
 // renormalised, and sampled by inverse CDF with uniform_from_counter(seed, step).
-// That is the definition; the implementation never sorts the row (sampler.cpp): O(vocabulary)
-// in a few vectorised passes. A row with no finite maximum is sampled as greedy. Thread-safe
-// (per-thread scratch buffers), so rows may be sampled in parallel.
+// That is the definition; the implementation never sorts the row (sampler.cpp, band_draw.h):
+// O(vocabulary) in a few vectorised passes. A row with no finite maximum is sampled as greedy.
+// Thread-safe (per-thread scratch buffers), so rows may be sampled in parallel.
 int32_t sample_token(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
                      uint64_t step);
 

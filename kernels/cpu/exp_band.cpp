@@ -1,0 +1,249 @@
+// The band draw's row kernels (exp_band.h): a portable loop and an AVX-512 one each. The
+// AVX-512 band pass stores whole compressed vectors (unmasked) and moves on by their popcount:
+// a masked store after a compress is slow on Zen 4.
+#include "kernels/cpu/exp_band.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/exp_avx512.h"
+#include "kernels/cpu/exp_avx512_pd.h"
+
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#define PS_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+
+namespace pagedserve::kernels {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// ---- portable ----
+
+BlockedRange row_block_max_portable(const float* x, int64_t n, int64_t block, float* block_max) {
+  BlockedRange out{{kInf, -kInf}, false};
+  for (int64_t first = 0; first < n; first += block) {
+    float top = -kInf;
+    for (int64_t i = first; i < std::min(n, first + block); ++i) {
+      if (std::isnan(x[i])) {
+        out.has_nan = true;
+        continue;
+      }
+      top = std::max(top, x[i]);
+      out.range.min = std::min(out.range.min, x[i]);
+    }
+    block_max[first / block] = top;
+    out.range.max = std::max(out.range.max, top);
+  }
+  return out;
+}
+
+// As exp_avx512: the exponent clamped to [-87, 88], a float exp.
+float float_exp(float gap) { return std::exp(std::clamp(gap, -87.0f, 88.0f)); }
+
+float scaled(float x, float temperature) { return temperature == 1.0f ? x : x / temperature; }
+
+void scaled_exp_f32_portable(const float* x, int64_t n, float temperature, float max_scaled,
+                             float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = float_exp(scaled(x[i], temperature) - max_scaled);
+}
+
+ExpBandResult exp_band_portable(const ExpBandParams& p) {
+  ExpBandResult r;
+  for (int64_t i = 0; i < p.n; ++i) {
+    const float s = scaled(p.logits[i], p.temperature);
+    const float gap = p.max_scaled - s;
+    const double e = p.exact ? std::exp(static_cast<double>(s) - p.max_scaled)
+                             : static_cast<double>(float_exp(s - p.max_scaled));
+    r.total += e;
+    if (gap < p.above) {
+      r.mass_above += e;
+    } else if (!p.exact && gap >= p.above && gap < p.below) {
+      if (r.band_count == p.capacity) {
+        r.overflow = true;
+        return r;
+      }
+      p.band_ids[r.band_count] = static_cast<int32_t>(i);
+      p.band_scaled[r.band_count] = s;
+      p.band_exp[r.band_count++] = static_cast<float>(e);
+    }
+  }
+  return r;
+}
+
+// ---- AVX-512 ----
+
+PS_TARGET_AVX512 __mmask16 tail_mask16(int64_t remaining) {
+  return remaining >= 16 ? static_cast<__mmask16>(0xffff)
+                         : static_cast<__mmask16>((1u << remaining) - 1);
+}
+
+PS_TARGET_AVX512 BlockedRange row_block_max_avx512(const float* x, int64_t n, int64_t block,
+                                                   float* block_max) {
+  __m512 lo = _mm512_set1_ps(kInf);
+  __m512 hi_row = _mm512_set1_ps(-kInf);
+  __mmask16 nan = 0;
+  for (int64_t first = 0; first < n; first += block) {
+    __m512 hi = _mm512_set1_ps(-kInf);
+    const int64_t end = std::min(n, first + block);
+    for (int64_t i = first; i < end; i += 16) {
+      const __mmask16 m = tail_mask16(end - i);
+      const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+      nan |= _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q);
+      // min/max return the second operand when either is NaN: the running value survives.
+      lo = _mm512_mask_min_ps(lo, m, v, lo);
+      hi = _mm512_mask_max_ps(hi, m, v, hi);
+    }
+    block_max[first / block] = _mm512_reduce_max_ps(hi);
+    hi_row = _mm512_max_ps(hi_row, hi);
+  }
+  return {{_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi_row)}, nan != 0};
+}
+
+PS_TARGET_AVX512 void scaled_exp_f32_avx512(const float* x, int64_t n, float temperature,
+                                            float max_scaled, float* out) {
+  const __m512 t = _mm512_set1_ps(temperature);
+  const __m512 shift = _mm512_set1_ps(max_scaled);
+  const bool unit = temperature == 1.0f;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask16(n - i);
+    const __m512 raw = _mm512_maskz_loadu_ps(m, x + i);
+    const __m512 s = unit ? raw : _mm512_div_ps(raw, t);
+    _mm512_mask_storeu_ps(out + i, m, exp_avx512(_mm512_sub_ps(s, shift)));
+  }
+}
+
+// The 16 floats of v as two vectors of 8 doubles (lanes 0-7, 8-15); exact.
+PS_TARGET_AVX512 void widen(__m512 v, __m512d* lo, __m512d* hi) {
+  *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+  *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
+  const __m512 t = _mm512_set1_ps(p.temperature);
+  const bool unit = p.temperature == 1.0f;
+  const __m512 max_scaled = _mm512_set1_ps(p.max_scaled);
+  // g < above is -g > -above, and -g = s - max_scaled is the exp's argument (exactly: float
+  // subtraction rounds symmetrically).
+  const __m512 minus_above = _mm512_set1_ps(-p.above);
+  const __m512 minus_below = _mm512_set1_ps(-p.below);
+  __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i step = _mm512_set1_epi32(16);
+  __m512d total_lo = _mm512_setzero_pd(), total_hi = _mm512_setzero_pd();
+  __m512d above_lo = _mm512_setzero_pd(), above_hi = _mm512_setzero_pd();
+  // Locals, not p's fields: the stores through the band pointers could alias p otherwise.
+  int32_t* const band_ids = p.band_ids;
+  float* const band_scaled = p.band_scaled;
+  float* const band_exp = p.band_exp;
+  const int64_t capacity = p.capacity;
+  int64_t count = 0;
+  ExpBandResult r;
+  for (int64_t i = 0; i < p.n; i += 16, index = _mm512_add_epi32(index, step)) {
+    const __mmask16 m = tail_mask16(p.n - i);
+    const __m512 raw = _mm512_maskz_loadu_ps(m, p.logits + i);
+    // x / 1 is x: temperature 1 (the OpenAI default) skips the division, bit for bit the same.
+    const __m512 s = unit ? raw : _mm512_div_ps(raw, t);
+    const __m512 minus_gap = _mm512_sub_ps(s, max_scaled);
+    const __m512 e = _mm512_maskz_mov_ps(m, exp_avx512(minus_gap));
+    __m512d e_lo, e_hi;
+    widen(e, &e_lo, &e_hi);
+    total_lo = _mm512_add_pd(total_lo, e_lo);
+    total_hi = _mm512_add_pd(total_hi, e_hi);
+    const __mmask16 is_above = _mm512_mask_cmp_ps_mask(m, minus_gap, minus_above, _CMP_GT_OQ);
+    above_lo = _mm512_mask_add_pd(above_lo, static_cast<__mmask8>(is_above), above_lo, e_lo);
+    above_hi = _mm512_mask_add_pd(above_hi, static_cast<__mmask8>(is_above >> 8), above_hi, e_hi);
+    const __mmask16 in_band = _mm512_mask_cmp_ps_mask(m, minus_gap, minus_above, _CMP_LE_OQ) &
+                              _mm512_cmp_ps_mask(minus_gap, minus_below, _CMP_GT_OQ);
+    // Stored whatever the mask (a flat row's band hits about half the vectors: a branch on it
+    // mispredicts); a store past the band is overwritten by the next one.
+    const int hits = __builtin_popcount(in_band);
+    if (count + hits > capacity) {
+      r.overflow = true;
+      break;
+    }
+    _mm512_storeu_si512(band_ids + count, _mm512_maskz_compress_epi32(in_band, index));
+    _mm512_storeu_ps(band_scaled + count, _mm512_maskz_compress_ps(in_band, s));
+    _mm512_storeu_ps(band_exp + count, _mm512_maskz_compress_ps(in_band, e));
+    count += hits;
+  }
+  r.band_count = count;
+  r.total = _mm512_reduce_add_pd(_mm512_add_pd(total_lo, total_hi));
+  r.mass_above = _mm512_reduce_add_pd(_mm512_add_pd(above_lo, above_hi));
+  return r;
+}
+
+PS_TARGET_AVX512 ExpBandResult exp_band_exact_avx512(const ExpBandParams& p) {
+  const __m512 t = _mm512_set1_ps(p.temperature);
+  const bool unit = p.temperature == 1.0f;
+  const __m512 max_scaled = _mm512_set1_ps(p.max_scaled);
+  const __m512d shift = _mm512_set1_pd(p.max_scaled);
+  const __m512 minus_above = _mm512_set1_ps(-p.above);
+  __m512d total_lo = _mm512_setzero_pd(), total_hi = _mm512_setzero_pd();
+  __m512d above_lo = _mm512_setzero_pd(), above_hi = _mm512_setzero_pd();
+  for (int64_t i = 0; i < p.n; i += 16) {
+    const __mmask16 m = tail_mask16(p.n - i);
+    const __m512 raw = _mm512_maskz_loadu_ps(m, p.logits + i);
+    const __m512 s = unit ? raw : _mm512_div_ps(raw, t);
+    __m512d s_lo, s_hi;
+    widen(s, &s_lo, &s_hi);
+    const __m512d e_lo =
+        _mm512_maskz_mov_pd(static_cast<__mmask8>(m), exp_avx512_pd(_mm512_sub_pd(s_lo, shift)));
+    const __m512d e_hi = _mm512_maskz_mov_pd(static_cast<__mmask8>(m >> 8),
+                                             exp_avx512_pd(_mm512_sub_pd(s_hi, shift)));
+    total_lo = _mm512_add_pd(total_lo, e_lo);
+    total_hi = _mm512_add_pd(total_hi, e_hi);
+    const __mmask16 is_above =
+        _mm512_mask_cmp_ps_mask(m, _mm512_sub_ps(s, max_scaled), minus_above, _CMP_GT_OQ);
+    above_lo = _mm512_mask_add_pd(above_lo, static_cast<__mmask8>(is_above), above_lo, e_lo);
+    above_hi = _mm512_mask_add_pd(above_hi, static_cast<__mmask8>(is_above >> 8), above_hi, e_hi);
+  }
+  ExpBandResult r;
+  r.total = _mm512_reduce_add_pd(_mm512_add_pd(total_lo, total_hi));
+  r.mass_above = _mm512_reduce_add_pd(_mm512_add_pd(above_lo, above_hi));
+  return r;
+}
+
+PS_TARGET_AVX512 void shifted_exp_f64_avx512(const float* scaled, int64_t n, double shift_value,
+                                             double* out) {
+  const __m512d shift = _mm512_set1_pd(shift_value);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __mmask8 m = static_cast<__mmask8>(tail_mask16(std::min<int64_t>(n - i, 8)));
+    const __m512d s = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, scaled + i));
+    _mm512_mask_storeu_pd(out + i, m, exp_avx512_pd(_mm512_sub_pd(s, shift)));
+  }
+}
+
+}  // namespace
+
+BlockedRange row_block_max(const float* x, int64_t n, int64_t block, float* block_max, Isa isa) {
+  assert(x != nullptr && n >= 1 && block > 0 && block % 16 == 0 && block_max != nullptr);
+  if (isa == Isa::kAvx512) return row_block_max_avx512(x, n, block, block_max);
+  return row_block_max_portable(x, n, block, block_max);
+}
+
+void scaled_exp_f32(const float* x, int64_t n, float temperature, float max_scaled, float* out,
+                    Isa isa) {
+  assert(x != nullptr && out != nullptr && n >= 0 && temperature > 0.0f);
+  if (isa == Isa::kAvx512) return scaled_exp_f32_avx512(x, n, temperature, max_scaled, out);
+  scaled_exp_f32_portable(x, n, temperature, max_scaled, out);
+}
+
+ExpBandResult exp_band(const ExpBandParams& p, Isa isa) {
+  assert(p.logits != nullptr && p.n >= 0 && p.temperature > 0.0f && p.capacity >= 0);
+  assert(p.exact || (p.band_ids != nullptr && p.band_scaled != nullptr && p.band_exp != nullptr));
+  if (isa == Isa::kAvx512) return p.exact ? exp_band_exact_avx512(p) : exp_band_avx512(p);
+  return exp_band_portable(p);
+}
+
+void shifted_exp_f64(const float* scaled, int64_t n, double shift, double* out, Isa isa) {
+  assert(scaled != nullptr && out != nullptr && n >= 0);
+  if (isa == Isa::kAvx512) return shifted_exp_f64_avx512(scaled, n, shift, out);
+  for (int64_t i = 0; i < n; ++i) out[i] = std::exp(static_cast<double>(scaled[i]) - shift);
+}
+
+}  // namespace pagedserve::kernels

@@ -1,0 +1,66 @@
+// Row kernels of the sampler's band draw (model/band_draw.h): a temperature draw with no
+// top-k, top-p or min-p needs only the total mass, the mass before a narrow band of the sorted
+// order and the band's own elements. These kernels give those in one vectorised pass with no
+// per-element scatter (the bucketed histogram's cost), plus the passes that choose the band.
+// Like every kernel here they never allocate and never throw.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/sampling_rows.h"
+
+namespace pagedserve::kernels {
+
+struct BlockedRange {
+  RowRange range;        // of the non-NaN elements
+  bool has_nan = false;  // any NaN element
+};
+// The row's range, and block_max[b] = the largest non-NaN element of x[b * block, (b + 1) *
+// block) (-inf for an all-NaN block), for every block b < ceil(n / block). n >= 1; block a
+// positive multiple of 16.
+BlockedRange row_block_max(const float* x, int64_t n, int64_t block, float* block_max,
+                           Isa isa = best_isa());
+
+// out[i] = the float exp of the float gap x[i] / temperature - max_scaled (the division
+// skipped at temperature 1), as exp_histogram's single-precision masses compute it: within
+// single_precision_exp_error(gap) of the exact exp. x[i] / temperature <= max_scaled.
+void scaled_exp_f32(const float* x, int64_t n, float temperature, float max_scaled, float* out,
+                    Isa isa = best_isa());
+
+// Element i has the scaled logit s = logits[i] / temperature and the gap g = max_scaled - s,
+// both in float (the gap is exactly minus the exponent of its exp): g is monotone in s, so
+// g < above holds for a prefix of the sorted order and g >= below for a suffix. The band is
+// what lies between.
+struct ExpBandParams {
+  const float* logits = nullptr;  // [n]
+  int64_t n = 0;
+  float temperature = 1.0f;  // > 0
+  float max_scaled = 0.0f;   // max(logits) / temperature, finite
+  float above = 0.0f;        // g < above: before the band
+  float below = 0.0f;        // g >= below: after the band (infinity: nothing after it)
+  // The band's ids (ascending), scaled logits and float exps; room for capacity + 16 entries
+  // each (whole vectors are stored). A band of more than capacity elements stops the pass
+  // (overflow: the sums and the band are then incomplete).
+  int32_t* band_ids = nullptr;
+  float* band_scaled = nullptr;
+  float* band_exp = nullptr;
+  int64_t capacity = 0;
+  // Sums of double exps instead, exp(double(s) - double(max_scaled)) as exp_histogram's exact
+  // masses, and no band collected (the band pointers may be null).
+  bool exact = false;
+};
+struct ExpBandResult {
+  double total = 0.0;       // sum of every element's float exp (as scaled_exp_f32's)
+  double mass_above = 0.0;  // of the elements before the band
+  int64_t band_count = 0;   // collected (at most capacity)
+  bool overflow = false;
+};
+ExpBandResult exp_band(const ExpBandParams& params, Isa isa = best_isa());
+
+// out[i] = exp(double(scaled[i]) - shift), within ~2 ulp of std::exp (exp_histogram's exact
+// masses): a band's elements, once the float masses could not decide a draw.
+void shifted_exp_f64(const float* scaled, int64_t n, double shift, double* out,
+                     Isa isa = best_isa());
+
+}  // namespace pagedserve::kernels

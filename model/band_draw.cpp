@@ -1,0 +1,372 @@
+#include "model/band_draw.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "kernels/cpu/exp_band.h"
+
+namespace pagedserve::model::sampling {
+namespace {
+
+// The subsample: blocks of kBlock elements. The kWholeBlocks with the highest maxima are taken
+// whole, and every other block's maximum stands for itself: a trained model's few likely
+// tokens are those, and a stride alone would miss most of them and misjudge the mass. Every
+// kStride-th element of the other blocks stands for the rest of its block.
+constexpr int64_t kBlock = 256;
+constexpr int kWholeBlocks = 4;
+constexpr int64_t kStride = 64;
+// What one strided sample stands for: a block's elements but its maximum, over its samples.
+constexpr double kStrideWeight = static_cast<double>(kBlock - 1) / (kBlock / kStride);
+// The estimate's resolution: gaps below the max in 256 steps over the row's spread.
+constexpr int kEstimateBuckets = 256;
+// The band reaches this many standard errors of the estimate past the landing point on each
+// side; a draw outside it costs a bucketed draw, rare enough not to matter.
+constexpr double kMargin = 3.5;
+// Pseudo-samples at an edge's own mass for the elements no sample saw (see choose_band).
+constexpr double kUnseen = 3.0;
+// exp_avx512 clamps gaps at 87 nats; past this spread the path is not taken.
+constexpr float kMaxSpread = 80.0f;
+// A group of at most this many elements is sorted and walked one by one; a larger one is split
+// into kSplit groups by gap, stepped over like the bucketed row's sub-buckets.
+constexpr size_t kWalkDirect = 48;
+constexpr int kSplit = 64;
+constexpr int kMaxDepth = 3;
+// As BucketedRow: masses summed in another order than the element walk's (kSlack), float
+// exps' terms past e^-80 and the double roundings (kAbsTolerance).
+constexpr double kSlack = 1e-9;
+constexpr double kAbsTolerance = 1e-15;
+
+constexpr int32_t kContinue = -1;   // not in this group: the walk goes on after it
+constexpr int32_t kUndecided = -2;  // too close to call with float masses
+
+struct Member {
+  float scaled;  // logit / temperature
+  float gap;     // max_scaled - scaled, in float as the band pass has it
+  int32_t id;
+  double mass;  // its exp: the band pass's float one, or the exact one
+};
+
+struct BandScratch {
+  std::vector<float> block_max;
+  std::vector<int32_t> block_order;
+  std::vector<float> sample_logits;
+  std::vector<float> sample_exp;
+  std::vector<int32_t> band_ids;
+  std::vector<float> band_scaled;
+  std::vector<float> band_exp;
+  std::vector<double> band_mass;  // the band's masses as the walk uses them
+  std::vector<uint8_t> band_group;
+  std::vector<Member> members;
+  std::array<std::vector<Member>, kMaxDepth> split;  // one per depth of walk_group
+};
+
+BandScratch& scratch() {
+  thread_local BandScratch s;
+  return s;
+}
+
+float scaled(float x, float temperature) { return temperature == 1.0f ? x : x / temperature; }
+
+struct Row {
+  float max_scaled;
+  double total;          // from float exps, or double ones
+  double tolerance;      // relative, of a comparison of two shares
+  double abs_tolerance;  // and absolute
+  double u;
+  bool undecided = false;
+
+  // a < b, flagging a comparison closer than the masses' error.
+  bool less(double a, double b) {
+    if (std::fabs(a - b) <= tolerance * std::max(std::fabs(a), std::fabs(b)) + abs_tolerance) {
+      undecided = true;
+    }
+    return a < b;
+  }
+  double slack() const { return kSlack + tolerance + abs_tolerance; }
+};
+
+// The sorted definition on the group's elements: sort, add each one's exact share (std::exp in
+// double, as the definition), stop where the draw's target falls.
+int32_t walk_elements(Row& row, std::span<Member> group, double& cumulative) {
+  std::sort(group.begin(), group.end(), [](const Member& a, const Member& b) {
+    return a.scaled > b.scaled || (a.scaled == b.scaled && a.id < b.id);
+  });
+  for (const Member& m : group) {
+    cumulative += std::exp(static_cast<double>(m.scaled) - row.max_scaled) / row.total;
+    const bool here = row.less(row.u, cumulative);
+    if (row.undecided) return kUndecided;
+    if (here) return m.id;
+  }
+  return kContinue;
+}
+
+// The kSplit groups of gaps in [lo, lo + kSplit / scale): each step monotone in the scaled
+// logit, so the groups laid end to end follow the sorted order and equal logits share one.
+int group_of(float gap, float lo, float scale) {
+  return std::min(kSplit - 1, static_cast<int>((gap - lo) * scale));
+}
+
+// Splits a group by gap, steps over whole sub-groups that end clear of the target and walks
+// into the one where it falls.
+int32_t walk_group(Row& row, std::span<Member> group, double& cumulative, int depth) {
+  if (group.empty()) return kContinue;
+  float lo = std::numeric_limits<float>::infinity();
+  float hi = -lo;
+  for (const Member& m : group) {
+    lo = std::min(lo, m.gap);
+    hi = std::max(hi, m.gap);
+  }
+  if (group.size() <= kWalkDirect || depth == kMaxDepth || !(hi > lo)) {
+    return walk_elements(row, group, cumulative);
+  }
+  const float scale = static_cast<float>(kSplit) / (hi - lo);
+  std::array<uint32_t, kSplit + 1> begin{};
+  std::array<double, kSplit> mass{};
+  for (const Member& m : group) {
+    const int k = group_of(m.gap, lo, scale);
+    ++begin[static_cast<size_t>(k) + 1];
+    mass[static_cast<size_t>(k)] += m.mass;
+  }
+  std::partial_sum(begin.begin(), begin.end(), begin.begin());
+  std::vector<Member>& sorted = scratch().split[static_cast<size_t>(depth)];
+  sorted.resize(group.size());
+  std::array<uint32_t, kSplit> next;
+  std::copy(begin.begin(), begin.end() - 1, next.begin());
+  for (const Member& m : group) sorted[next[static_cast<size_t>(group_of(m.gap, lo, scale))]++] = m;
+
+  for (int k = 0; k < kSplit; ++k) {
+    const uint32_t first = begin[static_cast<size_t>(k)];
+    const uint32_t end = begin[static_cast<size_t>(k) + 1];
+    if (first == end) continue;
+    const double share = mass[static_cast<size_t>(k)] / row.total;
+    if (cumulative + share < row.u - row.slack()) {
+      cumulative += share;
+      continue;
+    }
+    const int32_t token =
+        walk_group(row, std::span(sorted).subspan(first, end - first), cumulative, depth + 1);
+    if (token != kContinue) return token;
+  }
+  return kContinue;
+}
+
+// The band as the pass collected it, with the masses the walk uses (float or exact).
+struct Band {
+  std::span<const int32_t> ids;
+  std::span<const float> scaled;
+  std::span<const double> mass;
+  float lo = 0.0f;  // every band gap is at least this
+  float hi = 0.0f;  // and at most this
+};
+
+// The walk from the band's start: the band's first split is made over its arrays as the pass
+// left them (one pass for the groups' masses; only the groups the walk enters become Members),
+// the rest by walk_group. kContinue when the draw lands before or past the band.
+int32_t walk_band(Row& row, double mass_above, const Band& band) {
+  double cumulative = mass_above / row.total;
+  if (!(cumulative < row.u - row.slack())) return kContinue;  // the draw lands before it
+  BandScratch& sc = scratch();
+  const size_t n = band.ids.size();
+  const float scale = static_cast<float>(kSplit) / std::max(band.hi - band.lo, 1e-30f);
+  sc.band_group.resize(n);
+  std::array<double, kSplit> mass{};
+  std::array<uint32_t, kSplit> count{};
+  for (size_t i = 0; i < n; ++i) {
+    const int k = group_of(row.max_scaled - band.scaled[i], band.lo, scale);
+    sc.band_group[i] = static_cast<uint8_t>(k);
+    mass[static_cast<size_t>(k)] += band.mass[i];
+    ++count[static_cast<size_t>(k)];
+  }
+  for (int k = 0; k < kSplit; ++k) {
+    if (count[static_cast<size_t>(k)] == 0) continue;
+    const double share = mass[static_cast<size_t>(k)] / row.total;
+    if (cumulative + share < row.u - row.slack()) {
+      cumulative += share;
+      continue;
+    }
+    sc.members.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (sc.band_group[i] != k) continue;
+      sc.members.push_back(
+          {band.scaled[i], row.max_scaled - band.scaled[i], band.ids[i], band.mass[i]});
+    }
+    const int32_t token = walk_group(row, sc.members, cumulative, 1);
+    if (token != kContinue) return token;
+  }
+  return kContinue;
+}
+
+// The estimate of the row from its subsample: per gap bucket, the mass, an upper bound on the
+// variance of that mass, and the element count.
+struct EstimateBucket {
+  double mass = 0.0;
+  double variance = 0.0;
+  double count = 0.0;
+};
+using Estimate = std::array<EstimateBucket, kEstimateBuckets>;
+
+Estimate estimate_row(std::span<const float> logits, float temperature, float max_scaled,
+                      float per_unit, BandScratch& sc) {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  const int64_t blocks = static_cast<int64_t>(sc.block_max.size());
+  sc.block_order.resize(static_cast<size_t>(blocks));
+  std::iota(sc.block_order.begin(), sc.block_order.end(), 0);
+  const int64_t whole = std::min<int64_t>(kWholeBlocks, blocks);
+  std::partial_sort(sc.block_order.begin(), sc.block_order.begin() + whole, sc.block_order.end(),
+                    [&](int32_t a, int32_t b) { return sc.block_max[a] > sc.block_max[b]; });
+  const auto whole_end = sc.block_order.begin() + whole;
+  // Weight-1 samples first (whole blocks, block maxima), then the strided ones.
+  sc.sample_logits.clear();
+  for (auto it = sc.block_order.begin(); it != whole_end; ++it) {
+    const int64_t first = *it * kBlock;
+    sc.sample_logits.insert(sc.sample_logits.end(), logits.begin() + first,
+                            logits.begin() + std::min(n, first + kBlock));
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (std::find(sc.block_order.begin(), whole_end, b) == whole_end) {
+      sc.sample_logits.push_back(sc.block_max[static_cast<size_t>(b)]);
+    }
+  }
+  const size_t exact = sc.sample_logits.size();
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (std::find(sc.block_order.begin(), whole_end, b) != whole_end) continue;
+    for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); i += kStride) {
+      sc.sample_logits.push_back(logits[static_cast<size_t>(i)]);
+    }
+  }
+  sc.sample_exp.resize(sc.sample_logits.size());
+  kernels::scaled_exp_f32(sc.sample_logits.data(), static_cast<int64_t>(sc.sample_logits.size()),
+                          temperature, max_scaled, sc.sample_exp.data());
+  Estimate est{};
+  for (size_t j = 0; j < sc.sample_logits.size(); ++j) {
+    const float gap = (max_scaled - scaled(sc.sample_logits[j], temperature)) * per_unit;
+    const int b = gap < kEstimateBuckets - 1 ? static_cast<int>(gap) : kEstimateBuckets - 1;
+    const double e = sc.sample_exp[j];
+    EstimateBucket& bucket = est[static_cast<size_t>(b)];
+    if (j < exact) {
+      bucket.mass += e;
+      bucket.count += 1.0;
+    } else {
+      // One element standing for w: its block's sum is off by ~w e at most; w (w - 1) e^2
+      // bounds that variance (zero for the elements that stand for themselves).
+      bucket.mass += kStrideWeight * e;
+      bucket.variance += kStrideWeight * (kStrideWeight - 1.0) * e * e;
+      bucket.count += kStrideWeight;
+    }
+  }
+  return est;
+}
+
+// The band [above, below) of gap buckets: before `above` the mass is short of the target by
+// kMargin standard errors, from `below` on it is past it by as much (below = kEstimateBuckets:
+// the band runs to the end of the row).
+struct BandEdges {
+  int above = 0;
+  int below = kEstimateBuckets;
+  double count = 0.0;  // the estimated elements in the band
+};
+
+BandEdges choose_band(const Estimate& est, double u, float per_unit) {
+  std::array<double, kEstimateBuckets + 1> mass_before{};
+  std::array<double, kEstimateBuckets + 1> variance_before{};
+  for (int b = 0; b < kEstimateBuckets; ++b) {
+    mass_before[b + 1] = mass_before[b] + est[b].mass;
+    variance_before[b + 1] = variance_before[b] + est[b].variance;
+  }
+  const double total = mass_before[kEstimateBuckets];
+  const double variance = variance_before[kEstimateBuckets];
+  // How far past the edge before bucket e the target lies, and that difference's standard error:
+  // u * total - before = u * after - (1 - u) * before, after and before estimated apart.
+  auto lead = [&](int e) { return u * total - mass_before[e]; };
+  // With no strided sample near an edge the variance read from the samples is zero, though
+  // dozens of unsampled elements may lie there (the top of a flat row: each block's maximum is
+  // sampled, its runners-up rarely). kUnseen pseudo-samples at the edge's own mass, on each
+  // side, stand for them.
+  auto error = [&](int e) {
+    const double edge_mass = std::exp(-static_cast<double>(e) / per_unit);
+    const double unseen = kUnseen * kStrideWeight * (kStrideWeight - 1.0) * edge_mass * edge_mass;
+    return kMargin * std::sqrt((1.0 - u) * (1.0 - u) * (variance_before[e] + unseen) +
+                               u * u * (variance - variance_before[e] + unseen));
+  };
+  BandEdges edges;
+  while (edges.above < kEstimateBuckets && lead(edges.above + 1) > error(edges.above + 1)) {
+    ++edges.above;
+  }
+  edges.below = edges.above + 1;
+  while (edges.below < kEstimateBuckets && !(-lead(edges.below) > error(edges.below))) {
+    ++edges.below;
+  }
+  for (int b = edges.above; b < edges.below; ++b) edges.count += est[b].count;
+  return edges;
+}
+
+}  // namespace
+
+std::optional<BandDraw> band_draw(std::span<const float> logits, float temperature, double u) {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  if (n == 0 || !(temperature > 0.0f)) return std::nullopt;
+  BandScratch& sc = scratch();
+  sc.block_max.resize(static_cast<size_t>((n + kBlock - 1) / kBlock));
+  const kernels::BlockedRange blocked =
+      kernels::row_block_max(logits.data(), n, kBlock, sc.block_max.data());
+  const kernels::RowRange range = blocked.range;
+  if (blocked.has_nan || !std::isfinite(range.min) || !std::isfinite(range.max)) {
+    return std::nullopt;
+  }
+  const float max_scaled = range.max / temperature;
+  const float spread = max_scaled - range.min / temperature;
+  if (!std::isfinite(max_scaled) || !(spread <= kMaxSpread)) return std::nullopt;
+  const float per_unit = static_cast<float>(kEstimateBuckets - 1) / std::max(spread, 1e-3f);
+
+  const BandEdges edges =
+      choose_band(estimate_row(logits, temperature, max_scaled, per_unit, sc), u, per_unit);
+  const int64_t capacity =
+      std::min<int64_t>(n, std::max<int64_t>(2048, static_cast<int64_t>(2.0 * edges.count) + 256));
+  for (auto* v : {&sc.band_scaled, &sc.band_exp}) v->resize(static_cast<size_t>(capacity) + 16);
+  sc.band_ids.resize(static_cast<size_t>(capacity) + 16);
+  kernels::ExpBandParams p;
+  p.logits = logits.data();
+  p.n = n;
+  p.temperature = temperature;
+  p.max_scaled = max_scaled;
+  p.above = static_cast<float>(edges.above) / per_unit;
+  p.below = edges.below >= kEstimateBuckets ? std::numeric_limits<float>::infinity()
+                                            : static_cast<float>(edges.below) / per_unit;
+  p.band_ids = sc.band_ids.data();
+  p.band_scaled = sc.band_scaled.data();
+  p.band_exp = sc.band_exp.data();
+  p.capacity = capacity;
+  const kernels::ExpBandResult pass = kernels::exp_band(p);
+  if (pass.overflow || !std::isfinite(pass.total) || !(pass.total > 0.0)) return std::nullopt;
+
+  const size_t count = static_cast<size_t>(pass.band_count);
+  sc.band_mass.assign(sc.band_exp.begin(), sc.band_exp.begin() + static_cast<ptrdiff_t>(count));
+  Band band{std::span(sc.band_ids).first(count), std::span(sc.band_scaled).first(count),
+            sc.band_mass, p.above, std::min(p.below, spread)};
+  const double band_mass = std::accumulate(sc.band_mass.begin(), sc.band_mass.end(), 0.0);
+  // Float masses: each term within e = single_precision_exp_error(spread) of the exact one, so
+  // every comparison of two shares over the same total within 2e (see BucketedRow).
+  Row row{max_scaled, pass.total, 2.0 * kernels::single_precision_exp_error(spread), kAbsTolerance,
+          u};
+  // Past the band even by the float masses' reckoning: the estimate missed.
+  if (u > (pass.mass_above + band_mass) / pass.total + row.slack()) return std::nullopt;
+  int32_t token = walk_band(row, pass.mass_above, band);
+  if (token == kUndecided) {
+    // Too close to call in float: the same band with exact masses, the total and the mass
+    // before the band from a double pass (still no histogram), which always decides.
+    p.exact = true;
+    const kernels::ExpBandResult exact = kernels::exp_band(p);
+    kernels::shifted_exp_f64(sc.band_scaled.data(), static_cast<int64_t>(count), max_scaled,
+                             sc.band_mass.data());
+    Row exact_row{max_scaled, exact.total, 0.0, 0.0, u};
+    token = walk_band(exact_row, exact.mass_above, band);
+  }
+  if (token < 0) return std::nullopt;
+  return BandDraw{token, pass.total, range.max};
+}
+
+}  // namespace pagedserve::model::sampling

@@ -1,0 +1,208 @@
+// The band draw's row kernels on every ISA this CPU runs, against scalar references computed
+// in the test: block maxima as the standard library finds them, each element's class (before,
+// in or after the band) by the documented float gap, exps against std::exp in double within
+// single_precision_exp_error, and the exact sums within a few ulp of a double reference.
+#include "kernels/cpu/exp_band.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace pagedserve::kernels {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa_supported(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+// Logits with ties (rounded to 1/8 where `ties`), spread sigma around `mean`.
+std::vector<float> make_row(std::mt19937& rng, int64_t n, float mean, float sigma, bool ties) {
+  std::normal_distribution<float> normal(mean, sigma);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& v : x) v = ties ? std::round(normal(rng) * 8.0f) / 8.0f : normal(rng);
+  return x;
+}
+
+const std::vector<int64_t> kSizes = {1, 15, 16, 17, 255, 256, 257, 1000, 32000, 50257};
+
+TEST(ExpBand, BlockMaximaAndRangeMatchTheStandardLibrary) {
+  std::mt19937 rng(3);
+  for (Isa isa : supported_isas()) {
+    for (int64_t n : kSizes) {
+      for (int64_t block : {16, 256}) {
+        std::vector<float> x = make_row(rng, n, 0.0f, 2.0f, true);
+        const bool with_nan = n > 20;
+        if (with_nan) x[static_cast<size_t>(n / 2)] = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> maxima(static_cast<size_t>((n + block - 1) / block), 123.0f);
+        const BlockedRange r = row_block_max(x.data(), n, block, maxima.data(), isa);
+        EXPECT_EQ(r.has_nan, with_nan) << isa_name(isa) << " n=" << n;
+        float lo = kInf, hi = -kInf;
+        for (int64_t b = 0; b < static_cast<int64_t>(maxima.size()); ++b) {
+          float top = -kInf;
+          for (int64_t i = b * block; i < std::min(n, (b + 1) * block); ++i) {
+            if (std::isnan(x[static_cast<size_t>(i)])) continue;
+            top = std::max(top, x[static_cast<size_t>(i)]);
+            lo = std::min(lo, x[static_cast<size_t>(i)]);
+          }
+          hi = std::max(hi, top);
+          EXPECT_EQ(maxima[static_cast<size_t>(b)], top) << isa_name(isa) << " block " << b;
+        }
+        EXPECT_EQ(r.range.min, lo) << isa_name(isa) << " n=" << n;
+        EXPECT_EQ(r.range.max, hi) << isa_name(isa) << " n=" << n;
+      }
+    }
+  }
+}
+
+TEST(ExpBand, ScaledExpsAreWithinTheirBound) {
+  std::mt19937 rng(5);
+  for (Isa isa : supported_isas()) {
+    for (float temperature : {1.0f, 0.7f}) {
+      const std::vector<float> x = make_row(rng, 4099, 1.0f, 3.0f, false);
+      const float max_scaled = *std::max_element(x.begin(), x.end()) / temperature;
+      std::vector<float> out(x.size());
+      scaled_exp_f32(x.data(), static_cast<int64_t>(x.size()), temperature, max_scaled, out.data(),
+                     isa);
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float s = temperature == 1.0f ? x[i] : x[i] / temperature;
+        const double exact = std::exp(static_cast<double>(s) - max_scaled);
+        const double bound = single_precision_exp_error(max_scaled - s) * exact;
+        EXPECT_NEAR(out[i], exact, bound) << isa_name(isa) << " i=" << i;
+      }
+    }
+  }
+}
+
+struct Classified {
+  std::vector<int32_t> ids;
+  std::vector<float> scaled;
+  double total = 0.0, above = 0.0, total_bound = 0.0, above_bound = 0.0;
+};
+
+// The reference: each element's class by the documented float gap, sums of std::exp in double,
+// and how far float exps may put the kernel's sums from them.
+Classified classify(const std::vector<float>& x, const ExpBandParams& p) {
+  Classified c;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float s = p.temperature == 1.0f ? x[i] : x[i] / p.temperature;
+    const float gap = p.max_scaled - s;
+    const double e = std::exp(static_cast<double>(s) - p.max_scaled);
+    const double bound = single_precision_exp_error(gap) * e;
+    c.total += e;
+    c.total_bound += bound;
+    if (gap < p.above) {
+      c.above += e;
+      c.above_bound += bound;
+    } else if (gap < p.below) {
+      c.ids.push_back(static_cast<int32_t>(i));
+      c.scaled.push_back(s);
+    }
+  }
+  return c;
+}
+
+TEST(ExpBand, ClassifiesEveryElementAndSumsWithinTheFloatBound) {
+  std::mt19937 rng(7);
+  for (Isa isa : supported_isas()) {
+    for (int64_t n : kSizes) {
+      for (float temperature : {1.0f, 0.6f}) {
+        const std::vector<float> x = make_row(rng, n, -3.0f, 1.5f, n % 2 == 1);
+        ExpBandParams p;
+        p.logits = x.data();
+        p.n = n;
+        p.temperature = temperature;
+        p.max_scaled = *std::max_element(x.begin(), x.end()) / temperature;
+        p.above = 0.8f;
+        p.below = n % 3 == 0 ? kInf : 2.5f;
+        std::vector<int32_t> ids(static_cast<size_t>(n) + 16);
+        std::vector<float> scaled(static_cast<size_t>(n) + 16), exps(static_cast<size_t>(n) + 16);
+        p.band_ids = ids.data();
+        p.band_scaled = scaled.data();
+        p.band_exp = exps.data();
+        p.capacity = n;
+        const Classified want = classify(x, p);
+        const ExpBandResult got = exp_band(p, isa);
+        const std::string where = std::string(isa_name(isa)) + " n=" + std::to_string(n);
+        ASSERT_FALSE(got.overflow) << where;
+        ASSERT_EQ(got.band_count, static_cast<int64_t>(want.ids.size())) << where;
+        for (size_t k = 0; k < want.ids.size(); ++k) {
+          ASSERT_EQ(ids[k], want.ids[k]) << where;
+          ASSERT_EQ(scaled[k], want.scaled[k]) << where;
+          const double exact = std::exp(static_cast<double>(scaled[k]) - p.max_scaled);
+          EXPECT_NEAR(exps[k], exact, single_precision_exp_error(p.max_scaled - scaled[k]) * exact)
+              << where;
+        }
+        EXPECT_NEAR(got.total, want.total, want.total_bound + 1e-12 * want.total) << where;
+        EXPECT_NEAR(got.mass_above, want.above, want.above_bound + 1e-12 * want.total) << where;
+
+        // Exact: the same classes, sums of double exps (each within ~2 ulp of std::exp).
+        p.exact = true;
+        const ExpBandResult exact = exp_band(p, isa);
+        EXPECT_NEAR(exact.total, want.total, 1e-15 * static_cast<double>(n + 4) * want.total)
+            << where;
+        EXPECT_NEAR(exact.mass_above, want.above, 1e-15 * static_cast<double>(n + 4) * want.total)
+            << where;
+        EXPECT_EQ(exact.band_count, 0) << where;
+      }
+    }
+  }
+}
+
+TEST(ExpBand, ABandPastItsCapacityOverflows) {
+  std::mt19937 rng(9);
+  for (Isa isa : supported_isas()) {
+    const std::vector<float> x = make_row(rng, 5000, 0.0f, 1.0f, false);
+    ExpBandParams p;
+    p.logits = x.data();
+    p.n = 5000;
+    p.max_scaled = *std::max_element(x.begin(), x.end());
+    p.above = 0.0f;
+    p.below = kInf;  // everything is in the band
+    std::vector<int32_t> ids(116);
+    std::vector<float> scaled(116), exps(116);
+    p.band_ids = ids.data();
+    p.band_scaled = scaled.data();
+    p.band_exp = exps.data();
+    p.capacity = 100;
+    EXPECT_TRUE(exp_band(p, isa).overflow) << isa_name(isa);
+    p.capacity = 5000;
+    ids.resize(5016);
+    scaled.resize(5016);
+    exps.resize(5016);
+    p.band_ids = ids.data();
+    p.band_scaled = scaled.data();
+    p.band_exp = exps.data();
+    const ExpBandResult all = exp_band(p, isa);
+    EXPECT_FALSE(all.overflow) << isa_name(isa);
+    EXPECT_EQ(all.band_count, 5000) << isa_name(isa);
+    EXPECT_EQ(all.mass_above, 0.0) << isa_name(isa);
+  }
+}
+
+TEST(ExpBand, ShiftedDoubleExpsMatchStdExp) {
+  std::mt19937 rng(13);
+  for (Isa isa : supported_isas()) {
+    for (int64_t n : {1, 7, 8, 9, 100}) {
+      const std::vector<float> s = make_row(rng, n, -2.0f, 3.0f, false);
+      std::vector<double> out(static_cast<size_t>(n));
+      shifted_exp_f64(s.data(), n, 1.25, out.data(), isa);
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = std::exp(static_cast<double>(s[static_cast<size_t>(i)]) - 1.25);
+        EXPECT_NEAR(out[static_cast<size_t>(i)], want, 4.5e-16 * want) << isa_name(isa);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pagedserve::kernels

@@ -1,0 +1,162 @@
+// The band draw against the sorted definition written out here (sort the scaled row, softmax in
+// double, invert the cumulative sums at u): every draw it decides must be the definition's
+// token, and it must decide nearly all of them (otherwise the sampler silently pays for the
+// bucketed draw it replaces). Rows: a random model's flat ones, a trained model's peaked ones,
+// ties, sizes that are not multiples of the kernels' vectors or blocks, several temperatures.
+#include "model/band_draw.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/sampler.h"
+
+namespace pagedserve::model::sampling {
+namespace {
+
+class Definition {
+ public:
+  Definition(const std::vector<float>& logits, float temperature) {
+    for (size_t i = 0; i < logits.size(); ++i) {
+      sorted_.push_back({logits[i] / temperature, static_cast<int32_t>(i)});
+    }
+    std::sort(sorted_.begin(), sorted_.end(), [](const auto& a, const auto& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    });
+    double total = 0.0;
+    std::vector<double> p;
+    for (const auto& [s, id] : sorted_) {
+      p.push_back(std::exp(static_cast<double>(s) - sorted_[0].first));
+      total += p.back();
+    }
+    double cumulative = 0.0;
+    for (double q : p) cumulative_.push_back(cumulative += q / total);
+  }
+  int32_t draw(double u) const {
+    const auto it = std::upper_bound(cumulative_.begin(), cumulative_.end(), u);
+    return sorted_[std::min<size_t>(it - cumulative_.begin(), sorted_.size() - 1)].second;
+  }
+  // A u just below the k-th boundary of the cumulative distribution: closer than the float
+  // masses can tell (the exact pass has to decide it), past the double roundings of both
+  // sums (~1e-16 per term, 128k terms).
+  double near_boundary(size_t k) const { return cumulative_[k] - 1e-10; }
+  size_t size() const { return sorted_.size(); }
+
+ private:
+  std::vector<std::pair<float, int32_t>> sorted_;
+  std::vector<double> cumulative_;
+};
+
+enum class Shape { kFlat, kPeaked, kTies };
+
+std::vector<float> make_row(int vocab, Shape shape, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(vocab));
+  for (float& v : x) {
+    switch (shape) {
+      case Shape::kFlat:
+        v = 0.4f * normal(rng);
+        break;
+      case Shape::kPeaked:
+        v = 2.0f * normal(rng) - 10.0f;
+        break;
+      case Shape::kTies:
+        v = std::round(normal(rng) * 4.0f) / 4.0f;
+        break;
+    }
+  }
+  if (shape == Shape::kPeaked) {
+    std::uniform_int_distribution<int> any(0, vocab - 1);
+    for (int i = 0; i < 6; ++i) x[static_cast<size_t>(any(rng))] = 8.0f - static_cast<float>(i);
+  }
+  return x;
+}
+
+const char* name(Shape s) {
+  return s == Shape::kFlat ? "flat" : s == Shape::kPeaked ? "peaked" : "ties";
+}
+
+TEST(BandDraw, EveryDecidedDrawIsTheDefinitionsAndNearlyAllAreDecided) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  for (int vocab : {4099, 32000, 50257, 128256}) {
+    for (Shape shape : {Shape::kFlat, Shape::kPeaked, Shape::kTies}) {
+      for (float temperature : {1.0f, 0.7f, 1.6f}) {
+        const std::vector<float> row = make_row(vocab, shape, rng);
+        const Definition definition(row, temperature);
+        int decided = 0;
+        int draws = 0;
+        const std::string where = std::string(name(shape)) + " vocab " + std::to_string(vocab) +
+                                  " T " + std::to_string(temperature);
+        // (u within double rounding of 1 lands wherever rounding puts it, in both.)
+        std::vector<double> us = {0.0, 1.0 - 1e-6};
+        for (int i = 0; i < 60; ++i) us.push_back(uniform(rng));
+        for (double u : us) {
+          const std::optional<BandDraw> got = band_draw(row, temperature, u);
+          ++draws;
+          if (!got) continue;
+          ++decided;
+          ASSERT_EQ(got->token, definition.draw(u)) << where << " u " << u;
+          EXPECT_EQ(got->row_max, *std::max_element(row.begin(), row.end())) << where;
+        }
+        // Boundaries: the exact pass decides them.
+        for (size_t k : {size_t{0}, definition.size() / 3, definition.size() / 2}) {
+          const double u = definition.near_boundary(k);
+          const std::optional<BandDraw> got = band_draw(row, temperature, u);
+          ++draws;
+          if (!got) continue;
+          ++decided;
+          ASSERT_EQ(got->token, definition.draw(u)) << where << " boundary " << k;
+        }
+        // Flat 128k rows leave ~10% of draws to the exact pass, which decides them too; a miss
+        // of the band (the estimate's error past its margin) is rare.
+        EXPECT_GE(decided, draws * 9 / 10) << where;
+      }
+    }
+  }
+}
+
+TEST(BandDraw, HandsBackRowsItDoesNotTake) {
+  std::mt19937 rng(19);
+  std::vector<float> row = make_row(8192, Shape::kFlat, rng);
+  EXPECT_TRUE(band_draw(row, 1.0f, 0.5).has_value());
+  std::vector<float> banned = row;
+  banned[10] = -std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(band_draw(banned, 1.0f, 0.5).has_value());  // the few-candidates path's rows
+  std::vector<float> nan = row;
+  nan[100] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(band_draw(nan, 1.0f, 0.5).has_value());
+  std::vector<float> wide = row;
+  wide[5] = -100.0f;  // a spread past 80 nats
+  EXPECT_FALSE(band_draw(wide, 1.0f, 0.5).has_value());
+  EXPECT_FALSE(band_draw(row, 0.0f, 0.5).has_value());
+}
+
+// Through the sampler (band draw, and the bucketed draw where it hands back): the same tokens
+// as the definition, and the logprob at temperature 1 from the band pass's total.
+TEST(BandDraw, TheSamplerDrawsTheDefinitionsTokenWithItsLogprob) {
+  std::mt19937 rng(23);
+  SamplingParams params;  // temperature 1, nothing filtered: the clients' default
+  for (Shape shape : {Shape::kFlat, Shape::kPeaked}) {
+    const std::vector<float> row = make_row(32000, shape, rng);
+    const Definition definition(row, 1.0f);
+    double log_total = 0.0;
+    const float top = *std::max_element(row.begin(), row.end());
+    for (float x : row) log_total += std::exp(static_cast<double>(x) - top);
+    log_total = top + std::log(log_total);
+    for (uint64_t step = 0; step < 200; ++step) {
+      const TokenLogprob got = sample_token_logprob(row, params, 42, step);
+      ASSERT_EQ(got.token_id, definition.draw(uniform_from_counter(42, step))) << name(shape);
+      const double want = static_cast<double>(row[static_cast<size_t>(got.token_id)]) - log_total;
+      EXPECT_NEAR(got.logprob, want, 1e-5) << name(shape);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pagedserve::model::sampling
