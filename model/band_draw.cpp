@@ -15,9 +15,13 @@ namespace {
 // The subsample: blocks of kBlock elements. The kWholeBlocks with the highest maxima are taken
 // whole, and every other block's maximum stands for itself: a trained model's few likely
 // tokens are those, and a stride alone would miss most of them and misjudge the mass. Every
-// kStride-th element of the other blocks stands for the rest of its block.
+// kStride-th element of the other blocks stands for the rest of its block. (A band's width goes
+// as 1 / sqrt(samples); a denser stride, 16 for a 32k row, measured slower on both kinds of
+// row: the subsample then costs more than the narrower band saves.)
 constexpr int64_t kBlock = 256;
 constexpr int kWholeBlocks = 4;
+constexpr int kMaxWholeBlocks = 16;
+constexpr float kHeavyGap = 4.0f;  // nats below the maximum: e^-4 of its probability
 constexpr int64_t kStride = 64;
 // What one strided sample stands for: a block's elements but its maximum, over its samples.
 constexpr double kStrideWeight = static_cast<double>(kBlock - 1) / (kBlock / kStride);
@@ -28,6 +32,8 @@ constexpr int kEstimateBuckets = 256;
 constexpr double kMargin = 3.5;
 // Pseudo-samples at an edge's own mass for the elements no sample saw (see choose_band).
 constexpr double kUnseen = 3.0;
+// Under top-p, bands expected to hold more than this share of the row go to the bucketed draw.
+constexpr double kMaxTopPBandShare = 1.0 / 32;
 // exp_avx512 clamps gaps at 87 nats; past this spread the path is not taken.
 constexpr float kMaxSpread = 80.0f;
 // A group of at most this many elements is sorted and walked one by one; a larger one is split
@@ -58,10 +64,11 @@ struct BandScratch {
   std::vector<int32_t> band_ids;
   std::vector<float> band_scaled;
   std::vector<float> band_exp;
-  std::vector<double> band_mass;  // the band's masses as the walk uses them
+  std::vector<double> band_mass;     // the band's masses as the walk uses them
+  std::vector<uint32_t> band_index;  // one band's positions among the collected
   std::vector<uint8_t> band_group;
   std::vector<Member> members;
-  std::array<std::vector<Member>, kMaxDepth> split;  // one per depth of walk_group
+  std::array<std::vector<Member>, kMaxDepth> split;  // walk_group's, one per depth (from 1)
 };
 
 BandScratch& scratch() {
@@ -71,13 +78,24 @@ BandScratch& scratch() {
 
 float scaled(float x, float temperature) { return temperature == 1.0f ? x : x / temperature; }
 
+// The sorted definition's order: higher scaled logit first, ties by lower id.
+bool before_in_order(const Member& a, const Member& b) {
+  return a.scaled > b.scaled || (a.scaled == b.scaled && a.id < b.id);
+}
+
+// One walk over the sorted order: a draw (the first element whose cumulative share passes the
+// target) or a top-p cut (the first whose cumulative share reaches it).
 struct Row {
   float max_scaled;
   double total;          // from float exps, or double ones
   double tolerance;      // relative, of a comparison of two shares
   double abs_tolerance;  // and absolute
-  double u;
+  double target;         // u (times the kept mass, under a cut), or top_p for the cut
+  bool is_cut = false;
+  const Member* last_kept = nullptr;  // a draw under a cut lands at or before this element
   bool undecided = false;
+  Member landed{};  // where the walk stopped, and the cumulative share through it
+  double landed_cumulative = 0.0;
 
   // a < b, flagging a comparison closer than the masses' error.
   bool less(double a, double b) {
@@ -87,27 +105,35 @@ struct Row {
     return a < b;
   }
   double slack() const { return kSlack + tolerance + abs_tolerance; }
+  bool lands_at(double cumulative) {
+    return is_cut ? !less(cumulative, target) : less(target, cumulative);
+  }
 };
 
 // The sorted definition on the group's elements: sort, add each one's exact share (std::exp in
-// double, as the definition), stop where the draw's target falls.
+// double, as the definition), stop where the target falls.
 int32_t walk_elements(Row& row, std::span<Member> group, double& cumulative) {
-  std::sort(group.begin(), group.end(), [](const Member& a, const Member& b) {
-    return a.scaled > b.scaled || (a.scaled == b.scaled && a.id < b.id);
-  });
+  std::sort(group.begin(), group.end(), before_in_order);
   for (const Member& m : group) {
     cumulative += std::exp(static_cast<double>(m.scaled) - row.max_scaled) / row.total;
-    const bool here = row.less(row.u, cumulative);
+    const bool here = row.lands_at(cumulative);
     if (row.undecided) return kUndecided;
-    if (here) return m.id;
+    if (!here) continue;
+    // Past the cut's last token: only the masses' rounding puts a draw there.
+    if (row.last_kept != nullptr && before_in_order(*row.last_kept, m)) return kUndecided;
+    row.landed = m;
+    row.landed_cumulative = cumulative;
+    return m.id;
   }
   return kContinue;
 }
 
 // The kSplit groups of gaps in [lo, lo + kSplit / scale): each step monotone in the scaled
-// logit, so the groups laid end to end follow the sorted order and equal logits share one.
+// logit, so the groups laid end to end follow the sorted order and equal logits share one. The
+// position is clamped as a float (a gap rounded past the range, or a tiny range's huge scale,
+// must not overflow the conversion).
 int group_of(float gap, float lo, float scale) {
-  return std::min(kSplit - 1, static_cast<int>((gap - lo) * scale));
+  return static_cast<int>(std::clamp((gap - lo) * scale, 0.0f, static_cast<float>(kSplit - 1)));
 }
 
 // Splits a group by gap, steps over whole sub-groups that end clear of the target and walks
@@ -143,7 +169,7 @@ int32_t walk_group(Row& row, std::span<Member> group, double& cumulative, int de
     const uint32_t end = begin[static_cast<size_t>(k) + 1];
     if (first == end) continue;
     const double share = mass[static_cast<size_t>(k)] / row.total;
-    if (cumulative + share < row.u - row.slack()) {
+    if (cumulative + share < row.target - row.slack()) {
       cumulative += share;
       continue;
     }
@@ -154,43 +180,60 @@ int32_t walk_group(Row& row, std::span<Member> group, double& cumulative, int de
   return kContinue;
 }
 
-// The band as the pass collected it, with the masses the walk uses (float or exact).
+// The bands as the pass collected them, with the masses the walk uses (float or exact).
 struct Band {
   std::span<const int32_t> ids;
   std::span<const float> scaled;
   std::span<const double> mass;
-  float lo = 0.0f;  // every band gap is at least this
-  float hi = 0.0f;  // and at most this
+};
+// One band's gaps: [above, below), every collected gap at most `highest`.
+struct BandRange {
+  float above = 0.0f;
+  float below = 0.0f;
+  float highest = 0.0f;
 };
 
-// The walk from the band's start: the band's first split is made over its arrays as the pass
+// The walk from a band's start: its first split is made over the collected arrays as the pass
 // left them (one pass for the groups' masses; only the groups the walk enters become Members),
-// the rest by walk_group. kContinue when the draw lands before or past the band.
-int32_t walk_band(Row& row, double mass_above, const Band& band) {
+// the rest by walk_group. kContinue when the target lies before or past the band.
+int32_t walk_band(Row& row, double mass_above, const Band& band, const BandRange& range) {
   double cumulative = mass_above / row.total;
-  if (!(cumulative < row.u - row.slack())) return kContinue;  // the draw lands before it
+  // (Nothing before the band: a target of 0 lands on its first element.)
+  if (mass_above > 0.0 && !(cumulative < row.target - row.slack())) return kContinue;
   BandScratch& sc = scratch();
   const size_t n = band.ids.size();
-  const float scale = static_cast<float>(kSplit) / std::max(band.hi - band.lo, 1e-30f);
-  sc.band_group.resize(n);
+  const float lo = range.above;
+  const float scale = static_cast<float>(kSplit) / std::max(range.highest - lo, 1e-30f);
+  // This band's elements (two bands' interleave; a branch on which band mispredicts, so the
+  // positions are compacted without one).
+  sc.band_index.resize(n);
+  size_t inside = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float gap = row.max_scaled - band.scaled[i];
+    sc.band_index[inside] = static_cast<uint32_t>(i);
+    inside += static_cast<size_t>((gap >= range.above) & (gap < range.below));
+  }
+  sc.band_group.resize(inside);
   std::array<double, kSplit> mass{};
   std::array<uint32_t, kSplit> count{};
-  for (size_t i = 0; i < n; ++i) {
-    const int k = group_of(row.max_scaled - band.scaled[i], band.lo, scale);
-    sc.band_group[i] = static_cast<uint8_t>(k);
+  for (size_t j = 0; j < inside; ++j) {
+    const uint32_t i = sc.band_index[j];
+    const int k = group_of(row.max_scaled - band.scaled[i], lo, scale);
+    sc.band_group[j] = static_cast<uint8_t>(k);
     mass[static_cast<size_t>(k)] += band.mass[i];
     ++count[static_cast<size_t>(k)];
   }
   for (int k = 0; k < kSplit; ++k) {
     if (count[static_cast<size_t>(k)] == 0) continue;
     const double share = mass[static_cast<size_t>(k)] / row.total;
-    if (cumulative + share < row.u - row.slack()) {
+    if (cumulative + share < row.target - row.slack()) {
       cumulative += share;
       continue;
     }
     sc.members.clear();
-    for (size_t i = 0; i < n; ++i) {
-      if (sc.band_group[i] != k) continue;
+    for (size_t j = 0; j < inside; ++j) {
+      if (sc.band_group[j] != k) continue;
+      const uint32_t i = sc.band_index[j];
       sc.members.push_back(
           {band.scaled[i], row.max_scaled - band.scaled[i], band.ids[i], band.mass[i]});
     }
@@ -206,6 +249,7 @@ struct EstimateBucket {
   double mass = 0.0;
   double variance = 0.0;
   double count = 0.0;
+  int open_maxima = 0;  // blocks not taken whole whose maximum lies here
 };
 using Estimate = std::array<EstimateBucket, kEstimateBuckets>;
 
@@ -215,9 +259,20 @@ Estimate estimate_row(std::span<const float> logits, float temperature, float ma
   const int64_t blocks = static_cast<int64_t>(sc.block_max.size());
   sc.block_order.resize(static_cast<size_t>(blocks));
   std::iota(sc.block_order.begin(), sc.block_order.end(), 0);
-  const int64_t whole = std::min<int64_t>(kWholeBlocks, blocks);
-  std::partial_sort(sc.block_order.begin(), sc.block_order.begin() + whole, sc.block_order.end(),
+  // Whole: the blocks holding the row's heavy tokens (a maximum within kHeavyGap of the row's)
+  // when fewer than kMaxWholeBlocks do, else the kWholeBlocks highest.
+  const int64_t candidates = std::min<int64_t>(kMaxWholeBlocks, blocks);
+  std::partial_sort(sc.block_order.begin(), sc.block_order.begin() + candidates,
+                    sc.block_order.end(),
                     [&](int32_t a, int32_t b) { return sc.block_max[a] > sc.block_max[b]; });
+  int64_t heavy = 0;
+  while (heavy < candidates && scaled(sc.block_max[static_cast<size_t>(sc.block_order[heavy])],
+                                      temperature) >= max_scaled - kHeavyGap) {
+    ++heavy;
+  }
+  const int64_t whole = heavy < candidates
+                            ? std::max<int64_t>(heavy, std::min<int64_t>(kWholeBlocks, blocks))
+                            : std::min<int64_t>(kWholeBlocks, blocks);
   const auto whole_end = sc.block_order.begin() + whole;
   // Weight-1 samples first (whole blocks, block maxima), then the strided ones.
   sc.sample_logits.clear();
@@ -232,10 +287,22 @@ Estimate estimate_row(std::span<const float> logits, float temperature, float ma
     }
   }
   const size_t exact = sc.sample_logits.size();
+  const size_t first_open_maximum = exact - static_cast<size_t>(blocks - whole);
   for (int64_t b = 0; b < blocks; ++b) {
     if (std::find(sc.block_order.begin(), whole_end, b) != whole_end) continue;
-    for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); i += kStride) {
-      sc.sample_logits.push_back(logits[static_cast<size_t>(i)]);
+    // The maximum is counted already: a strided position holding it (its first occurrence)
+    // takes its neighbour instead. Else every block's maximum would count twice on average,
+    // once for itself and once through the 1-in-64 chance of being sampled at weight 64: a
+    // bias the size of the standard error in the top of a flat row.
+    const int64_t first = b * kBlock;
+    const int64_t end = std::min(n, first + kBlock);
+    const float top = sc.block_max[static_cast<size_t>(b)];
+    for (int64_t i = first; i < end; i += kStride) {
+      const bool is_maximum =
+          logits[static_cast<size_t>(i)] == top &&
+          std::find(logits.begin() + first, logits.begin() + i, top) == logits.begin() + i;
+      const int64_t j = is_maximum && i + 1 < end ? i + 1 : i;
+      sc.sample_logits.push_back(logits[static_cast<size_t>(j)]);
     }
   }
   sc.sample_exp.resize(sc.sample_logits.size());
@@ -250,6 +317,7 @@ Estimate estimate_row(std::span<const float> logits, float temperature, float ma
     if (j < exact) {
       bucket.mass += e;
       bucket.count += 1.0;
+      if (j >= first_open_maximum) ++bucket.open_maxima;
     } else {
       // One element standing for w: its block's sum is off by ~w e at most; w (w - 1) e^2
       // bounds that variance (zero for the elements that stand for themselves).
@@ -273,9 +341,11 @@ struct BandEdges {
 BandEdges choose_band(const Estimate& est, double u, float per_unit) {
   std::array<double, kEstimateBuckets + 1> mass_before{};
   std::array<double, kEstimateBuckets + 1> variance_before{};
+  std::array<int, kEstimateBuckets + 1> open_maxima_before{};
   for (int b = 0; b < kEstimateBuckets; ++b) {
     mass_before[b + 1] = mass_before[b] + est[b].mass;
     variance_before[b + 1] = variance_before[b] + est[b].variance;
+    open_maxima_before[b + 1] = open_maxima_before[b] + est[b].open_maxima;
   }
   const double total = mass_before[kEstimateBuckets];
   const double variance = variance_before[kEstimateBuckets];
@@ -285,10 +355,13 @@ BandEdges choose_band(const Estimate& est, double u, float per_unit) {
   // With no strided sample near an edge the variance read from the samples is zero, though
   // dozens of unsampled elements may lie there (the top of a flat row: each block's maximum is
   // sampled, its runners-up rarely). kUnseen pseudo-samples at the edge's own mass, on each
-  // side, stand for them.
+  // side, stand for them. An element near the edge lies in a block whose maximum is above the
+  // edge or just below it; where every such block was taken whole, none is unseen.
   auto error = [&](int e) {
+    const bool open = open_maxima_before[std::min(e + 1, kEstimateBuckets)] > 0;
     const double edge_mass = std::exp(-static_cast<double>(e) / per_unit);
-    const double unseen = kUnseen * kStrideWeight * (kStrideWeight - 1.0) * edge_mass * edge_mass;
+    const double unseen =
+        open ? kUnseen * kStrideWeight * (kStrideWeight - 1.0) * edge_mass * edge_mass : 0.0;
     return kMargin * std::sqrt((1.0 - u) * (1.0 - u) * (variance_before[e] + unseen) +
                                u * u * (variance - variance_before[e] + unseen));
   };
@@ -306,9 +379,10 @@ BandEdges choose_band(const Estimate& est, double u, float per_unit) {
 
 }  // namespace
 
-std::optional<BandDraw> band_draw(std::span<const float> logits, float temperature, double u) {
+std::optional<BandDraw> band_draw(std::span<const float> logits, float temperature, double u,
+                                  float top_p) {
   const int64_t n = static_cast<int64_t>(logits.size());
-  if (n == 0 || !(temperature > 0.0f)) return std::nullopt;
+  if (n == 0 || !(temperature > 0.0f) || !(top_p > 0.0f && top_p <= 1.0f)) return std::nullopt;
   BandScratch& sc = scratch();
   sc.block_max.resize(static_cast<size_t>((n + kBlock - 1) / kBlock));
   const kernels::BlockedRange blocked =
@@ -322,20 +396,38 @@ std::optional<BandDraw> band_draw(std::span<const float> logits, float temperatu
   if (!std::isfinite(max_scaled) || !(spread <= kMaxSpread)) return std::nullopt;
   const float per_unit = static_cast<float>(kEstimateBuckets - 1) / std::max(spread, 1e-3f);
 
-  const BandEdges edges =
-      choose_band(estimate_row(logits, temperature, max_scaled, per_unit, sc), u, per_unit);
+  // Band 0 is the draw's; under top-p, band 1 is the cut's. The draw's target is u times the
+  // kept mass, which only the cut's walk finds: its band is placed for u * top_p (the kept
+  // mass exceeds top_p by at most the cut token's share).
+  const bool has_cut = top_p < 1.0f;
+  const Estimate estimate = estimate_row(logits, temperature, max_scaled, per_unit, sc);
+  const double top_p_share = top_p;
+  std::array<BandEdges, kernels::kMaxBands> edges{};
+  edges[0] = choose_band(estimate, has_cut ? u * top_p_share : u, per_unit);
+  if (has_cut) edges[1] = choose_band(estimate, top_p_share, per_unit);
+  kernels::ExpBandParams p;
+  p.num_bands = has_cut ? 2 : 1;
+  double expected = 0.0;
+  std::array<BandRange, kernels::kMaxBands> ranges{};
+  for (int b = 0; b < p.num_bands; ++b) {
+    expected += edges[b].count;
+    p.above[b] = static_cast<float>(edges[b].above) / per_unit;
+    p.below[b] = edges[b].below >= kEstimateBuckets ? std::numeric_limits<float>::infinity()
+                                                    : static_cast<float>(edges[b].below) / per_unit;
+    ranges[b] = {p.above[b], p.below[b], std::min(p.below[b], spread)};
+  }
+  // A flat row's top-p bands hold thousands of elements each, and two walks over them (with
+  // twice the share of draws the float masses leave undecided) cost more than the bucketed
+  // draw: that row goes there at once.
+  if (has_cut && expected > static_cast<double>(n) * kMaxTopPBandShare) return std::nullopt;
   const int64_t capacity =
-      std::min<int64_t>(n, std::max<int64_t>(2048, static_cast<int64_t>(2.0 * edges.count) + 256));
+      std::min<int64_t>(n, std::max<int64_t>(2048, static_cast<int64_t>(2.0 * expected) + 256));
   for (auto* v : {&sc.band_scaled, &sc.band_exp}) v->resize(static_cast<size_t>(capacity) + 16);
   sc.band_ids.resize(static_cast<size_t>(capacity) + 16);
-  kernels::ExpBandParams p;
   p.logits = logits.data();
   p.n = n;
   p.temperature = temperature;
   p.max_scaled = max_scaled;
-  p.above = static_cast<float>(edges.above) / per_unit;
-  p.below = edges.below >= kEstimateBuckets ? std::numeric_limits<float>::infinity()
-                                            : static_cast<float>(edges.below) / per_unit;
   p.band_ids = sc.band_ids.data();
   p.band_scaled = sc.band_scaled.data();
   p.band_exp = sc.band_exp.data();
@@ -345,25 +437,37 @@ std::optional<BandDraw> band_draw(std::span<const float> logits, float temperatu
 
   const size_t count = static_cast<size_t>(pass.band_count);
   sc.band_mass.assign(sc.band_exp.begin(), sc.band_exp.begin() + static_cast<ptrdiff_t>(count));
-  Band band{std::span(sc.band_ids).first(count), std::span(sc.band_scaled).first(count),
-            sc.band_mass, p.above, std::min(p.below, spread)};
-  const double band_mass = std::accumulate(sc.band_mass.begin(), sc.band_mass.end(), 0.0);
+  const Band band{std::span(sc.band_ids).first(count), std::span(sc.band_scaled).first(count),
+                  sc.band_mass};
+  // The cut's walk (top-p), then the draw's at u times the mass it keeps.
+  auto decide = [&](const kernels::ExpBandResult& sums, double tolerance, double abs_tolerance) {
+    Row cut{max_scaled, sums.total, tolerance, abs_tolerance, top_p_share, true};
+    double kept = 1.0;
+    if (has_cut) {
+      const int32_t at = walk_band(cut, sums.mass_above[1], band, ranges[1]);
+      if (at < 0) return at;
+      kept = cut.landed_cumulative;
+    }
+    Row draw{max_scaled,
+             sums.total,
+             tolerance,
+             abs_tolerance,
+             u * kept,
+             false,
+             has_cut ? &cut.landed : nullptr};
+    return walk_band(draw, sums.mass_above[0], band, ranges[0]);
+  };
   // Float masses: each term within e = single_precision_exp_error(spread) of the exact one, so
   // every comparison of two shares over the same total within 2e (see BucketedRow).
-  Row row{max_scaled, pass.total, 2.0 * kernels::single_precision_exp_error(spread), kAbsTolerance,
-          u};
-  // Past the band even by the float masses' reckoning: the estimate missed.
-  if (u > (pass.mass_above + band_mass) / pass.total + row.slack()) return std::nullopt;
-  int32_t token = walk_band(row, pass.mass_above, band);
+  int32_t token = decide(pass, 2.0 * kernels::single_precision_exp_error(spread), kAbsTolerance);
   if (token == kUndecided) {
-    // Too close to call in float: the same band with exact masses, the total and the mass
-    // before the band from a double pass (still no histogram), which always decides.
+    // Too close to call in float: the same bands with exact masses, the total and the masses
+    // before the bands from a double pass (still no histogram), which always decides.
     p.exact = true;
     const kernels::ExpBandResult exact = kernels::exp_band(p);
     kernels::shifted_exp_f64(sc.band_scaled.data(), static_cast<int64_t>(count), max_scaled,
                              sc.band_mass.data());
-    Row exact_row{max_scaled, exact.total, 0.0, 0.0, u};
-    token = walk_band(exact_row, exact.mass_above, band);
+    token = decide(exact, 0.0, 0.0);
   }
   if (token < 0) return std::nullopt;
   return BandDraw{token, pass.total, range.max};

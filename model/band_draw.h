@@ -1,16 +1,21 @@
-// The sampler's band draw (sampler.cpp): a temperature draw with no top-k, top-p or min-p, the
-// clients' default, without the bucketed histogram. The draw lands at u times the total mass of
-// the sorted row; a subsample of the row (its few blocks with the highest maxima whole, every
-// 32nd element of the rest) estimates where, with its sampling error, and picks a band of the
-// sorted order that holds the landing point with a wide margin. One vectorised pass
-// (kernels/cpu/exp_band.h) then sums the total and the mass before the band and collects the
-// band; only the band's few elements are split and walked, as the bucketed row walks an opened
-// bucket. The histogram's per-element scatter (most of a draw's cost) is gone.
+// The sampler's band draw (sampler.cpp): a temperature draw with no top-k or min-p (the
+// clients' defaults: nothing filtered, or top-p alone) without the bucketed histogram. The
+// draw lands at u times the total mass of the sorted row; a subsample of the row (each block's
+// maximum, the blocks holding the heavy tokens whole, every 64th element of the rest) estimates
+// where, with its sampling error, and picks a band of the sorted order that holds the landing
+// point with a margin of 3.5 standard errors. One vectorised pass (kernels/cpu/exp_band.h) then
+// sums the total and the mass before the band and collects the band; only the band's elements
+// are split and walked, as the bucketed row walks an opened bucket. Under top-p the same pass
+// collects a second band around the cut: the cut's walk finds the kept mass, and the draw's walk
+// lands at u times it, at or before the cut's last token. The histogram's per-element scatter
+// (most of a bucketed draw's cost) is gone.
 //
 // Masses are float exps, each decision checked against their error bound as BucketedRow checks
-// its own. A draw the float masses cannot decide, a band the draw missed and a row this path
-// does not take (infinite or NaN elements, a spread past 80 nats) give nullopt: the caller then
-// draws from the bucketed row, whose answer is the same token.
+// its own; a draw they cannot decide is decided again with exact (double) masses from a second
+// pass over the same bands. A band the target missed, a top-p row whose bands would hold
+// thousands of elements (a flat row), and a row this path does not take (infinite or NaN
+// elements, a spread past 80 nats) give nullopt: the caller then draws from the bucketed row,
+// whose answer is the same token.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +30,9 @@ struct BandDraw {
   float row_max = 0.0f;  // the raw row's largest element
 };
 
-// The sorted definition's draw at u (temperature > 0, nothing filtered), or nullopt.
-std::optional<BandDraw> band_draw(std::span<const float> logits, float temperature, double u);
+// The sorted definition's draw at u (temperature > 0, no top-k or min-p, top_p in (0, 1]), or
+// nullopt.
+std::optional<BandDraw> band_draw(std::span<const float> logits, float temperature, double u,
+                                  float top_p = 1.0f);
 
 }  // namespace pagedserve::model::sampling

@@ -61,17 +61,19 @@ ExpBandResult exp_band_portable(const ExpBandParams& p) {
     const double e = p.exact ? std::exp(static_cast<double>(s) - p.max_scaled)
                              : static_cast<double>(float_exp(s - p.max_scaled));
     r.total += e;
-    if (gap < p.above) {
-      r.mass_above += e;
-    } else if (!p.exact && gap >= p.above && gap < p.below) {
-      if (r.band_count == p.capacity) {
-        r.overflow = true;
-        return r;
-      }
-      p.band_ids[r.band_count] = static_cast<int32_t>(i);
-      p.band_scaled[r.band_count] = s;
-      p.band_exp[r.band_count++] = static_cast<float>(e);
+    bool in_band = false;
+    for (int b = 0; b < p.num_bands; ++b) {
+      if (gap < p.above[b]) r.mass_above[b] += e;
+      in_band = in_band || (gap >= p.above[b] && gap < p.below[b]);
     }
+    if (p.exact || !in_band) continue;
+    if (r.band_count == p.capacity) {
+      r.overflow = true;
+      return r;
+    }
+    p.band_ids[r.band_count] = static_cast<int32_t>(i);
+    p.band_scaled[r.band_count] = s;
+    p.band_exp[r.band_count++] = static_cast<float>(e);
   }
   return r;
 }
@@ -124,18 +126,41 @@ PS_TARGET_AVX512 void widen(__m512 v, __m512d* lo, __m512d* hi) {
   *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
+// The masks of one band: before it, and in it. g < above is -g > -above, and -g = s -
+// max_scaled is the exp's argument (exactly: float subtraction rounds symmetrically).
+struct BandMasks {
+  __mmask16 before;
+  __mmask16 in;
+};
+PS_TARGET_AVX512 BandMasks band_masks(__mmask16 m, __m512 minus_gap, __m512 minus_above,
+                                      __m512 minus_below) {
+  const __mmask16 before = _mm512_mask_cmp_ps_mask(m, minus_gap, minus_above, _CMP_GT_OQ);
+  const __mmask16 in = _mm512_mask_cmp_ps_mask(m, minus_gap, minus_above, _CMP_LE_OQ) &
+                       _mm512_cmp_ps_mask(minus_gap, minus_below, _CMP_GT_OQ);
+  return {before, in};
+}
+
+PS_TARGET_AVX512 void masked_accumulate(__mmask16 mask, __m512d e_lo, __m512d e_hi, __m512d* lo,
+                                        __m512d* hi) {
+  *lo = _mm512_mask_add_pd(*lo, static_cast<__mmask8>(mask), *lo, e_lo);
+  *hi = _mm512_mask_add_pd(*hi, static_cast<__mmask8>(mask >> 8), *hi, e_hi);
+}
+
+template <int kBands>
 PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
   const __m512 t = _mm512_set1_ps(p.temperature);
   const bool unit = p.temperature == 1.0f;
   const __m512 max_scaled = _mm512_set1_ps(p.max_scaled);
-  // g < above is -g > -above, and -g = s - max_scaled is the exp's argument (exactly: float
-  // subtraction rounds symmetrically).
-  const __m512 minus_above = _mm512_set1_ps(-p.above);
-  const __m512 minus_below = _mm512_set1_ps(-p.below);
+  __m512 minus_above[kBands], minus_below[kBands];
+  __m512d above_lo[kBands], above_hi[kBands];
+  for (int b = 0; b < kBands; ++b) {
+    minus_above[b] = _mm512_set1_ps(-p.above[b]);
+    minus_below[b] = _mm512_set1_ps(-p.below[b]);
+    above_lo[b] = above_hi[b] = _mm512_setzero_pd();
+  }
   __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i step = _mm512_set1_epi32(16);
   __m512d total_lo = _mm512_setzero_pd(), total_hi = _mm512_setzero_pd();
-  __m512d above_lo = _mm512_setzero_pd(), above_hi = _mm512_setzero_pd();
   // Locals, not p's fields: the stores through the band pointers could alias p otherwise.
   int32_t* const band_ids = p.band_ids;
   float* const band_scaled = p.band_scaled;
@@ -154,11 +179,12 @@ PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
     widen(e, &e_lo, &e_hi);
     total_lo = _mm512_add_pd(total_lo, e_lo);
     total_hi = _mm512_add_pd(total_hi, e_hi);
-    const __mmask16 is_above = _mm512_mask_cmp_ps_mask(m, minus_gap, minus_above, _CMP_GT_OQ);
-    above_lo = _mm512_mask_add_pd(above_lo, static_cast<__mmask8>(is_above), above_lo, e_lo);
-    above_hi = _mm512_mask_add_pd(above_hi, static_cast<__mmask8>(is_above >> 8), above_hi, e_hi);
-    const __mmask16 in_band = _mm512_mask_cmp_ps_mask(m, minus_gap, minus_above, _CMP_LE_OQ) &
-                              _mm512_cmp_ps_mask(minus_gap, minus_below, _CMP_GT_OQ);
+    __mmask16 in_band = 0;
+    for (int b = 0; b < kBands; ++b) {
+      const BandMasks masks = band_masks(m, minus_gap, minus_above[b], minus_below[b]);
+      masked_accumulate(masks.before, e_lo, e_hi, &above_lo[b], &above_hi[b]);
+      in_band |= masks.in;
+    }
     // Stored whatever the mask (a flat row's band hits about half the vectors: a branch on it
     // mispredicts); a store past the band is overwritten by the next one.
     const int hits = __builtin_popcount(in_band);
@@ -173,7 +199,9 @@ PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
   }
   r.band_count = count;
   r.total = _mm512_reduce_add_pd(_mm512_add_pd(total_lo, total_hi));
-  r.mass_above = _mm512_reduce_add_pd(_mm512_add_pd(above_lo, above_hi));
+  for (int b = 0; b < kBands; ++b) {
+    r.mass_above[b] = _mm512_reduce_add_pd(_mm512_add_pd(above_lo[b], above_hi[b]));
+  }
   return r;
 }
 
@@ -182,9 +210,13 @@ PS_TARGET_AVX512 ExpBandResult exp_band_exact_avx512(const ExpBandParams& p) {
   const bool unit = p.temperature == 1.0f;
   const __m512 max_scaled = _mm512_set1_ps(p.max_scaled);
   const __m512d shift = _mm512_set1_pd(p.max_scaled);
-  const __m512 minus_above = _mm512_set1_ps(-p.above);
+  __m512 minus_above[kMaxBands];
+  __m512d above_lo[kMaxBands], above_hi[kMaxBands];
+  for (int b = 0; b < kMaxBands; ++b) {
+    minus_above[b] = _mm512_set1_ps(-p.above[b]);
+    above_lo[b] = above_hi[b] = _mm512_setzero_pd();
+  }
   __m512d total_lo = _mm512_setzero_pd(), total_hi = _mm512_setzero_pd();
-  __m512d above_lo = _mm512_setzero_pd(), above_hi = _mm512_setzero_pd();
   for (int64_t i = 0; i < p.n; i += 16) {
     const __mmask16 m = tail_mask16(p.n - i);
     const __m512 raw = _mm512_maskz_loadu_ps(m, p.logits + i);
@@ -197,14 +229,17 @@ PS_TARGET_AVX512 ExpBandResult exp_band_exact_avx512(const ExpBandParams& p) {
                                              exp_avx512_pd(_mm512_sub_pd(s_hi, shift)));
     total_lo = _mm512_add_pd(total_lo, e_lo);
     total_hi = _mm512_add_pd(total_hi, e_hi);
-    const __mmask16 is_above =
-        _mm512_mask_cmp_ps_mask(m, _mm512_sub_ps(s, max_scaled), minus_above, _CMP_GT_OQ);
-    above_lo = _mm512_mask_add_pd(above_lo, static_cast<__mmask8>(is_above), above_lo, e_lo);
-    above_hi = _mm512_mask_add_pd(above_hi, static_cast<__mmask8>(is_above >> 8), above_hi, e_hi);
+    const __m512 minus_gap = _mm512_sub_ps(s, max_scaled);
+    for (int b = 0; b < p.num_bands; ++b) {
+      const __mmask16 before = _mm512_mask_cmp_ps_mask(m, minus_gap, minus_above[b], _CMP_GT_OQ);
+      masked_accumulate(before, e_lo, e_hi, &above_lo[b], &above_hi[b]);
+    }
   }
   ExpBandResult r;
   r.total = _mm512_reduce_add_pd(_mm512_add_pd(total_lo, total_hi));
-  r.mass_above = _mm512_reduce_add_pd(_mm512_add_pd(above_lo, above_hi));
+  for (int b = 0; b < p.num_bands; ++b) {
+    r.mass_above[b] = _mm512_reduce_add_pd(_mm512_add_pd(above_lo[b], above_hi[b]));
+  }
   return r;
 }
 
@@ -236,7 +271,11 @@ void scaled_exp_f32(const float* x, int64_t n, float temperature, float max_scal
 ExpBandResult exp_band(const ExpBandParams& p, Isa isa) {
   assert(p.logits != nullptr && p.n >= 0 && p.temperature > 0.0f && p.capacity >= 0);
   assert(p.exact || (p.band_ids != nullptr && p.band_scaled != nullptr && p.band_exp != nullptr));
-  if (isa == Isa::kAvx512) return p.exact ? exp_band_exact_avx512(p) : exp_band_avx512(p);
+  assert(p.num_bands >= 1 && p.num_bands <= kMaxBands);
+  if (isa == Isa::kAvx512) {
+    if (p.exact) return exp_band_exact_avx512(p);
+    return p.num_bands == 1 ? exp_band_avx512<1>(p) : exp_band_avx512<2>(p);
+  }
   return exp_band_portable(p);
 }
 

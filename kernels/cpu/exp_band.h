@@ -5,6 +5,7 @@
 // Like every kernel here they never allocate and never throw.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "kernels/cpu/isa.h"
@@ -30,30 +31,33 @@ void scaled_exp_f32(const float* x, int64_t n, float temperature, float max_scal
 
 // Element i has the scaled logit s = logits[i] / temperature and the gap g = max_scaled - s,
 // both in float (the gap is exactly minus the exponent of its exp): g is monotone in s, so
-// g < above holds for a prefix of the sorted order and g >= below for a suffix. The band is
-// what lies between.
+// g < above holds for a prefix of the sorted order and g >= below for a suffix. A band is what
+// lies between. One pass serves one or two bands (a top-p draw's cut and its draw): each has
+// the mass before it, and the elements of either are collected once.
+inline constexpr int kMaxBands = 2;
 struct ExpBandParams {
   const float* logits = nullptr;  // [n]
   int64_t n = 0;
-  float temperature = 1.0f;  // > 0
-  float max_scaled = 0.0f;   // max(logits) / temperature, finite
-  float above = 0.0f;        // g < above: before the band
-  float below = 0.0f;        // g >= below: after the band (infinity: nothing after it)
-  // The band's ids (ascending), scaled logits and float exps; room for capacity + 16 entries
-  // each (whole vectors are stored). A band of more than capacity elements stops the pass
-  // (overflow: the sums and the band are then incomplete).
+  float temperature = 1.0f;              // > 0
+  float max_scaled = 0.0f;               // max(logits) / temperature, finite
+  int num_bands = 1;                     // 1 or kMaxBands
+  std::array<float, kMaxBands> above{};  // g < above: before the band
+  std::array<float, kMaxBands> below{};  // g >= below: after it (infinity: nothing after it)
+  // The bands' ids (ascending), scaled logits and float exps; room for capacity + 16 entries
+  // each (whole vectors are stored). More than capacity elements stop the pass (overflow: the
+  // sums and the bands are then incomplete).
   int32_t* band_ids = nullptr;
   float* band_scaled = nullptr;
   float* band_exp = nullptr;
   int64_t capacity = 0;
   // Sums of double exps instead, exp(double(s) - double(max_scaled)) as exp_histogram's exact
-  // masses, and no band collected (the band pointers may be null).
+  // masses, and nothing collected (the band pointers may be null).
   bool exact = false;
 };
 struct ExpBandResult {
-  double total = 0.0;       // sum of every element's float exp (as scaled_exp_f32's)
-  double mass_above = 0.0;  // of the elements before the band
-  int64_t band_count = 0;   // collected (at most capacity)
+  double total = 0.0;                          // every element's exp (float, or double if exact)
+  std::array<double, kMaxBands> mass_above{};  // of the elements before each band
+  int64_t band_count = 0;                      // collected (at most capacity)
   bool overflow = false;
 };
 ExpBandResult exp_band(const ExpBandParams& params, Isa isa = best_isa());

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -86,7 +87,8 @@ TEST(ExpBand, ScaledExpsAreWithinTheirBound) {
 struct Classified {
   std::vector<int32_t> ids;
   std::vector<float> scaled;
-  double total = 0.0, above = 0.0, total_bound = 0.0, above_bound = 0.0;
+  double total = 0.0, total_bound = 0.0;
+  std::array<double, kMaxBands> above{}, above_bound{};
 };
 
 // The reference: each element's class by the documented float gap, sums of std::exp in double,
@@ -100,10 +102,16 @@ Classified classify(const std::vector<float>& x, const ExpBandParams& p) {
     const double bound = single_precision_exp_error(gap) * e;
     c.total += e;
     c.total_bound += bound;
-    if (gap < p.above) {
-      c.above += e;
-      c.above_bound += bound;
-    } else if (gap < p.below) {
+    bool in_a_band = false;
+    for (int b = 0; b < p.num_bands; ++b) {
+      if (gap < p.above[b]) {
+        c.above[b] += e;
+        c.above_bound[b] += bound;
+      } else if (gap < p.below[b]) {
+        in_a_band = true;
+      }
+    }
+    if (in_a_band) {
       c.ids.push_back(static_cast<int32_t>(i));
       c.scaled.push_back(s);
     }
@@ -115,15 +123,17 @@ TEST(ExpBand, ClassifiesEveryElementAndSumsWithinTheFloatBound) {
   std::mt19937 rng(7);
   for (Isa isa : supported_isas()) {
     for (int64_t n : kSizes) {
-      for (float temperature : {1.0f, 0.6f}) {
+      for (int bands : {1, 2}) {
+        const float temperature = bands == 1 ? 1.0f : 0.6f;
         const std::vector<float> x = make_row(rng, n, -3.0f, 1.5f, n % 2 == 1);
         ExpBandParams p;
         p.logits = x.data();
         p.n = n;
         p.temperature = temperature;
         p.max_scaled = *std::max_element(x.begin(), x.end()) / temperature;
-        p.above = 0.8f;
-        p.below = n % 3 == 0 ? kInf : 2.5f;
+        p.num_bands = bands;
+        p.above = {0.8f, 2.0f};  // the second overlaps the first
+        p.below = {n % 3 == 0 ? kInf : 2.5f, 3.5f};
         std::vector<int32_t> ids(static_cast<size_t>(n) + 16);
         std::vector<float> scaled(static_cast<size_t>(n) + 16), exps(static_cast<size_t>(n) + 16);
         p.band_ids = ids.data();
@@ -143,15 +153,21 @@ TEST(ExpBand, ClassifiesEveryElementAndSumsWithinTheFloatBound) {
               << where;
         }
         EXPECT_NEAR(got.total, want.total, want.total_bound + 1e-12 * want.total) << where;
-        EXPECT_NEAR(got.mass_above, want.above, want.above_bound + 1e-12 * want.total) << where;
+        for (int b = 0; b < bands; ++b) {
+          EXPECT_NEAR(got.mass_above[b], want.above[b], want.above_bound[b] + 1e-12 * want.total)
+              << where;
+        }
 
         // Exact: the same classes, sums of double exps (each within ~2 ulp of std::exp).
         p.exact = true;
         const ExpBandResult exact = exp_band(p, isa);
         EXPECT_NEAR(exact.total, want.total, 1e-15 * static_cast<double>(n + 4) * want.total)
             << where;
-        EXPECT_NEAR(exact.mass_above, want.above, 1e-15 * static_cast<double>(n + 4) * want.total)
-            << where;
+        for (int b = 0; b < bands; ++b) {
+          EXPECT_NEAR(exact.mass_above[b], want.above[b],
+                      1e-15 * static_cast<double>(n + 4) * want.total)
+              << where;
+        }
         EXPECT_EQ(exact.band_count, 0) << where;
       }
     }
@@ -166,8 +182,8 @@ TEST(ExpBand, ABandPastItsCapacityOverflows) {
     p.logits = x.data();
     p.n = 5000;
     p.max_scaled = *std::max_element(x.begin(), x.end());
-    p.above = 0.0f;
-    p.below = kInf;  // everything is in the band
+    p.above = {0.0f, 0.0f};
+    p.below = {kInf, kInf};  // everything is in the band
     std::vector<int32_t> ids(116);
     std::vector<float> scaled(116), exps(116);
     p.band_ids = ids.data();
@@ -185,7 +201,7 @@ TEST(ExpBand, ABandPastItsCapacityOverflows) {
     const ExpBandResult all = exp_band(p, isa);
     EXPECT_FALSE(all.overflow) << isa_name(isa);
     EXPECT_EQ(all.band_count, 5000) << isa_name(isa);
-    EXPECT_EQ(all.mass_above, 0.0) << isa_name(isa);
+    EXPECT_EQ(all.mass_above[0], 0.0) << isa_name(isa);
   }
 }
 
