@@ -400,6 +400,14 @@ std::optional<BandDraw> band_draw(std::span<const float> logits, float temperatu
   // kept mass, which only the cut's walk finds: its band is placed for u * top_p (the kept
   // mass exceeds top_p by at most the cut token's share).
   const bool has_cut = top_p < 1.0f;
+  // Heavy tokens (within kHeavyGap of the top) in more blocks than are taken whole: the row is
+  // flat at its top, and a top-p row that flat goes to the bucketed draw before the subsample
+  // is paid for (its bands would be too wide, see below).
+  int64_t heavy_blocks = 0;
+  for (float block_max : sc.block_max) {
+    heavy_blocks += static_cast<int64_t>(scaled(block_max, temperature) >= max_scaled - kHeavyGap);
+  }
+  if (has_cut && heavy_blocks >= kMaxWholeBlocks) return std::nullopt;
   const Estimate estimate = estimate_row(logits, temperature, max_scaled, per_unit, sc);
   const double top_p_share = top_p;
   std::array<BandEdges, kernels::kMaxBands> edges{};
@@ -418,7 +426,7 @@ std::optional<BandDraw> band_draw(std::span<const float> logits, float temperatu
   }
   // A flat row's top-p bands hold thousands of elements each, and two walks over them (with
   // twice the share of draws the float masses leave undecided) cost more than the bucketed
-  // draw: that row goes there at once.
+  // draw: such a row goes there.
   if (has_cut && expected > static_cast<double>(n) * kMaxTopPBandShare) return std::nullopt;
   const int64_t capacity =
       std::min<int64_t>(n, std::max<int64_t>(2048, static_cast<int64_t>(2.0 * expected) + 256));
