@@ -191,6 +191,7 @@ struct BandRange {
   float above = 0.0f;
   float below = 0.0f;
   float highest = 0.0f;
+  bool only = true;  // the pass collected this band alone
 };
 
 // The walk from a band's start: its first split is made over the collected arrays as the pass
@@ -204,20 +205,24 @@ int32_t walk_band(Row& row, double mass_above, const Band& band, const BandRange
   const size_t n = band.ids.size();
   const float lo = range.above;
   const float scale = static_cast<float>(kSplit) / std::max(range.highest - lo, 1e-30f);
-  // This band's elements (two bands' interleave; a branch on which band mispredicts, so the
-  // positions are compacted without one).
-  sc.band_index.resize(n);
-  size_t inside = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const float gap = row.max_scaled - band.scaled[i];
-    sc.band_index[inside] = static_cast<uint32_t>(i);
-    inside += static_cast<size_t>((gap >= range.above) & (gap < range.below));
+  // This band's elements, when the pass collected two (they interleave; a branch on which
+  // band mispredicts, so the positions are compacted without one).
+  size_t inside = n;
+  if (!range.only) {
+    sc.band_index.resize(n);
+    inside = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float gap = row.max_scaled - band.scaled[i];
+      sc.band_index[inside] = static_cast<uint32_t>(i);
+      inside += static_cast<size_t>((gap >= range.above) & (gap < range.below));
+    }
   }
+  auto position = [&](size_t j) { return range.only ? j : size_t{sc.band_index[j]}; };
   sc.band_group.resize(inside);
   std::array<double, kSplit> mass{};
   std::array<uint32_t, kSplit> count{};
   for (size_t j = 0; j < inside; ++j) {
-    const uint32_t i = sc.band_index[j];
+    const size_t i = position(j);
     const int k = group_of(row.max_scaled - band.scaled[i], lo, scale);
     sc.band_group[j] = static_cast<uint8_t>(k);
     mass[static_cast<size_t>(k)] += band.mass[i];
@@ -233,7 +238,7 @@ int32_t walk_band(Row& row, double mass_above, const Band& band, const BandRange
     sc.members.clear();
     for (size_t j = 0; j < inside; ++j) {
       if (sc.band_group[j] != k) continue;
-      const uint32_t i = sc.band_index[j];
+      const size_t i = position(j);
       sc.members.push_back(
           {band.scaled[i], row.max_scaled - band.scaled[i], band.ids[i], band.mass[i]});
     }
@@ -422,7 +427,7 @@ std::optional<BandDraw> band_draw(std::span<const float> logits, float temperatu
     p.above[b] = static_cast<float>(edges[b].above) / per_unit;
     p.below[b] = edges[b].below >= kEstimateBuckets ? std::numeric_limits<float>::infinity()
                                                     : static_cast<float>(edges[b].below) / per_unit;
-    ranges[b] = {p.above[b], p.below[b], std::min(p.below[b], spread)};
+    ranges[b] = {p.above[b], p.below[b], std::min(p.below[b], spread), !has_cut};
   }
   // A flat row's top-p bands hold thousands of elements each, and two walks over them (with
   // twice the share of draws the float masses leave undecided) cost more than the bucketed
