@@ -13,18 +13,14 @@
 #include <random>
 #include <vector>
 
+#include "tests/kernels/kernel_test_util.h"
+
 namespace pagedserve::kernels {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> out;
-  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
-    if (isa_supported(isa)) out.push_back(isa);
-  }
-  return out;
-}
+using testing::supported_isas;
 
 // Logits with ties (rounded to 1/8 where `ties`), spread sigma around `mean`.
 std::vector<float> make_row(std::mt19937& rng, int64_t n, float mean, float sigma, bool ties) {

@@ -10,7 +10,18 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/isa.h"
+
 namespace pagedserve::kernels::testing {
+
+// Every ISA this CPU runs, the portable one first: kernels are tested on each.
+inline std::vector<Isa> supported_isas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa_supported(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
 
 inline std::vector<float> random_floats(std::mt19937& rng, std::size_t n, float lo = -1.0f,
                                         float hi = 1.0f) {

@@ -15,6 +15,8 @@
 #include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/quant_test_util.h"
 
+#include "tests/kernels/kernel_test_util.h"
+
 namespace pagedserve::kernels {
 namespace {
 
@@ -23,13 +25,7 @@ using testing::parse_block;
 using testing::RefActs;
 using testing::RefBlock;
 
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> isas;
-  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
-    if (isa_supported(isa)) isas.push_back(isa);
-  }
-  return isas;
-}
+using testing::supported_isas;
 
 // The contract of quant_matmul.cpp for one output, in ggml's signed terms.
 float contract_output(QuantType type, const uint8_t* row, int k, const RefActs& a) {
