@@ -68,7 +68,7 @@ struct BandScratch {
   std::vector<uint32_t> band_index;  // one band's positions among the collected
   std::vector<uint8_t> band_group;
   std::vector<Member> members;
-  std::array<std::vector<Member>, kMaxDepth> split;  // walk_group's, one per depth (from 1)
+  std::array<std::vector<Member>, kMaxDepth - 1> split;  // walk_group's, one per depth 1, 2, ...
 };
 
 BandScratch& scratch() {
@@ -158,7 +158,7 @@ int32_t walk_group(Row& row, std::span<Member> group, double& cumulative, int de
     mass[static_cast<size_t>(k)] += m.mass;
   }
   std::partial_sum(begin.begin(), begin.end(), begin.begin());
-  std::vector<Member>& sorted = scratch().split[static_cast<size_t>(depth)];
+  std::vector<Member>& sorted = scratch().split[static_cast<size_t>(depth) - 1];
   sorted.resize(group.size());
   std::array<uint32_t, kSplit> next;
   std::copy(begin.begin(), begin.end() - 1, next.begin());
