@@ -46,6 +46,16 @@ constexpr int kMaxDepth = 3;
 constexpr double kSlack = 1e-9;
 constexpr double kAbsTolerance = 1e-15;
 
+// Min-p's cut band: the tokens whose float gap is this close to -ln(min_p) get the exact test.
+constexpr double kMinPBand = 1e-4;
+
+// What the draw keeps: everything, a top-p prefix, or a min-p prefix.
+struct Filter {
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  bool cuts() const { return top_p < 1.0f || min_p > 0.0f; }
+};
+
 constexpr int32_t kContinue = -1;   // not in this group: the walk goes on after it
 constexpr int32_t kUndecided = -2;  // too close to call with float masses
 
@@ -92,7 +102,8 @@ struct Row {
   double abs_tolerance;  // and absolute
   double target;         // u (times the kept mass, under a cut), or top_p for the cut
   bool is_cut = false;
-  const Member* last_kept = nullptr;  // a draw under a cut lands at or before this element
+  const Member* last_kept = nullptr;  // a draw under a top-p cut lands at or before this one
+  double min_p = 0.0;                 // and under min-p on a token at least this likely
   bool undecided = false;
   Member landed{};  // where the walk stopped, and the cumulative share through it
   double landed_cumulative = 0.0;
@@ -121,6 +132,7 @@ int32_t walk_elements(Row& row, std::span<Member> group, double& cumulative) {
     if (!here) continue;
     // Past the cut's last token: only the masses' rounding puts a draw there.
     if (row.last_kept != nullptr && before_in_order(*row.last_kept, m)) return kUndecided;
+    if (std::exp(static_cast<double>(m.scaled) - row.max_scaled) < row.min_p) return kUndecided;
     row.landed = m;
     row.landed_cumulative = cumulative;
     return m.id;
@@ -382,12 +394,106 @@ BandEdges choose_band(const Estimate& est, double u, float per_unit) {
   return edges;
 }
 
+// The share of the row's mass before gap bucket position `position` (fractional), by the
+// estimate.
+double estimated_share_before(const Estimate& est, double position) {
+  double before = 0.0;
+  double total = 0.0;
+  for (int b = 0; b < kEstimateBuckets; ++b) {
+    total += est[b].mass;
+    if (b < position) before += est[b].mass;
+  }
+  return total > 0.0 ? before / total : 1.0;
+}
+
+// The bands of one draw, and how the pass is to collect them. Band 0 is the draw's; under
+// top-p or min-p, band 1 is around the cut. The draw's target is u times the kept mass, which
+// only the cut's walk finds: its band is placed for u times the kept share the estimate gives.
+struct Plan {
+  kernels::ExpBandParams pass;
+  std::array<BandRange, kernels::kMaxBands> ranges{};
+  double expected = 0.0;  // elements in the bands, by the estimate
+};
+
+Plan plan_bands(const Estimate& estimate, double u, const Filter& filter, float per_unit,
+                float spread) {
+  Plan plan;
+  kernels::ExpBandParams& p = plan.pass;
+  p.num_bands = filter.cuts() ? 2 : 1;
+  std::array<BandEdges, kernels::kMaxBands> edges{};
+  if (filter.top_p < 1.0f) {
+    edges[0] = choose_band(estimate, u * filter.top_p, per_unit);
+    edges[1] = choose_band(estimate, filter.top_p, per_unit);
+  } else if (filter.min_p > 0.0f) {
+    const double cut_gap = -std::log(static_cast<double>(filter.min_p));
+    edges[0] =
+        choose_band(estimate, u * estimated_share_before(estimate, cut_gap * per_unit), per_unit);
+  } else {
+    edges[0] = choose_band(estimate, u, per_unit);
+  }
+  for (int b = 0; b < p.num_bands; ++b) {
+    plan.expected += edges[b].count;
+    p.above[b] = static_cast<float>(edges[b].above) / per_unit;
+    p.below[b] = edges[b].below >= kEstimateBuckets ? std::numeric_limits<float>::infinity()
+                                                    : static_cast<float>(edges[b].below) / per_unit;
+  }
+  if (filter.min_p > 0.0f) {
+    // Min-p's cut is a known gap, -ln(min_p): only the tokens within kMinPBand of it need the
+    // exact test (a float gap is within 80 * 2^-23 nats of the exact one).
+    const double cut_gap = -std::log(static_cast<double>(filter.min_p));
+    p.above[1] = static_cast<float>(cut_gap - kMinPBand);
+    p.below[1] = static_cast<float>(cut_gap + kMinPBand);
+  }
+  for (int b = 0; b < p.num_bands; ++b) {
+    plan.ranges[b] = {p.above[b], p.below[b], std::min(p.below[b], spread), !filter.cuts()};
+  }
+  return plan;
+}
+
+// Min-p keeps the prefix of tokens at least min_p times as likely as the top one: every token
+// before its band and the band's own that pass the test (std::exp in double, as the
+// definition; their order does not matter to the sum). The kept share.
+double min_p_kept(const Row& row, double mass_above, const Band& band, const BandRange& range,
+                  double min_p) {
+  double kept = mass_above;
+  for (size_t i = 0; i < band.ids.size(); ++i) {
+    const float gap = row.max_scaled - band.scaled[i];
+    if (!(gap >= range.above && gap < range.below)) continue;
+    const double e = std::exp(static_cast<double>(band.scaled[i]) - row.max_scaled);
+    if (e >= min_p) kept += e;
+  }
+  return kept / row.total;
+}
+
+// The cut's walk (top-p) or test (min-p), then the draw's at u times the mass kept.
+int32_t decide(const Band& band, const Plan& plan, const kernels::ExpBandResult& sums,
+               float max_scaled, double u, const Filter& filter, double tolerance,
+               double abs_tolerance) {
+  Row cut{max_scaled, sums.total, tolerance, abs_tolerance, filter.top_p, true};
+  double kept = 1.0;
+  if (filter.top_p < 1.0f) {
+    const int32_t at = walk_band(cut, sums.mass_above[1], band, plan.ranges[1]);
+    if (at < 0) return at;
+    kept = cut.landed_cumulative;
+  } else if (filter.min_p > 0.0f) {
+    kept = min_p_kept(cut, sums.mass_above[1], band, plan.ranges[1], filter.min_p);
+  }
+  Row draw{max_scaled, sums.total, tolerance, abs_tolerance, u * kept, false};
+  if (filter.top_p < 1.0f) draw.last_kept = &cut.landed;
+  draw.min_p = filter.min_p;
+  return walk_band(draw, sums.mass_above[0], band, plan.ranges[0]);
+}
+
 }  // namespace
 
 std::optional<BandDraw> band_draw(std::span<const float> logits, float temperature, double u,
-                                  float top_p) {
+                                  float top_p, float min_p) {
   const int64_t n = static_cast<int64_t>(logits.size());
-  if (n == 0 || !(temperature > 0.0f) || !(top_p > 0.0f && top_p <= 1.0f)) return std::nullopt;
+  const Filter filter{top_p, min_p};
+  if (n == 0 || !(temperature > 0.0f) || !(top_p > 0.0f && top_p <= 1.0f) ||
+      !(min_p >= 0.0f && min_p < 1.0f) || (top_p < 1.0f && min_p > 0.0f)) {
+    return std::nullopt;
+  }
   BandScratch& sc = scratch();
   sc.block_max.resize(static_cast<size_t>((n + kBlock - 1) / kBlock));
   const kernels::BlockedRange blocked =
@@ -401,42 +507,27 @@ std::optional<BandDraw> band_draw(std::span<const float> logits, float temperatu
   if (!std::isfinite(max_scaled) || !(spread <= kMaxSpread)) return std::nullopt;
   const float per_unit = static_cast<float>(kEstimateBuckets - 1) / std::max(spread, 1e-3f);
 
-  // Band 0 is the draw's; under top-p, band 1 is the cut's. The draw's target is u times the
-  // kept mass, which only the cut's walk finds: its band is placed for u * top_p (the kept
-  // mass exceeds top_p by at most the cut token's share).
-  const bool has_cut = top_p < 1.0f;
-  // Heavy tokens (within kHeavyGap of the top) in more blocks than are taken whole: the row is
-  // flat at its top, and a top-p row that flat goes to the bucketed draw before the subsample
-  // is paid for (its bands would be too wide, see below).
+  // A flat row's top-p bands hold thousands of elements each, and two walks over them (with
+  // twice the share of draws the float masses leave undecided) cost more than the bucketed
+  // draw: such a row goes there, before the subsample is paid for when its heavy tokens (within
+  // kHeavyGap of the top) fill more blocks than are taken whole.
+  const bool top_p_cut = top_p < 1.0f;
   int64_t heavy_blocks = 0;
   for (float block_max : sc.block_max) {
     heavy_blocks += static_cast<int64_t>(scaled(block_max, temperature) >= max_scaled - kHeavyGap);
   }
-  if (has_cut && heavy_blocks >= kMaxWholeBlocks) return std::nullopt;
-  const Estimate estimate = estimate_row(logits, temperature, max_scaled, per_unit, sc);
-  const double top_p_share = top_p;
-  std::array<BandEdges, kernels::kMaxBands> edges{};
-  edges[0] = choose_band(estimate, has_cut ? u * top_p_share : u, per_unit);
-  if (has_cut) edges[1] = choose_band(estimate, top_p_share, per_unit);
-  kernels::ExpBandParams p;
-  p.num_bands = has_cut ? 2 : 1;
-  double expected = 0.0;
-  std::array<BandRange, kernels::kMaxBands> ranges{};
-  for (int b = 0; b < p.num_bands; ++b) {
-    expected += edges[b].count;
-    p.above[b] = static_cast<float>(edges[b].above) / per_unit;
-    p.below[b] = edges[b].below >= kEstimateBuckets ? std::numeric_limits<float>::infinity()
-                                                    : static_cast<float>(edges[b].below) / per_unit;
-    ranges[b] = {p.above[b], p.below[b], std::min(p.below[b], spread), !has_cut};
+  if (top_p_cut && heavy_blocks >= kMaxWholeBlocks) return std::nullopt;
+  Plan plan = plan_bands(estimate_row(logits, temperature, max_scaled, per_unit, sc), u, filter,
+                         per_unit, spread);
+  if (top_p_cut && plan.expected > static_cast<double>(n) * kMaxTopPBandShare) {
+    return std::nullopt;
   }
-  // A flat row's top-p bands hold thousands of elements each, and two walks over them (with
-  // twice the share of draws the float masses leave undecided) cost more than the bucketed
-  // draw: such a row goes there.
-  if (has_cut && expected > static_cast<double>(n) * kMaxTopPBandShare) return std::nullopt;
-  const int64_t capacity =
-      std::min<int64_t>(n, std::max<int64_t>(2048, static_cast<int64_t>(2.0 * expected) + 256));
+
+  const int64_t capacity = std::min<int64_t>(
+      n, std::max<int64_t>(2048, static_cast<int64_t>(2.0 * plan.expected) + 256));
   for (auto* v : {&sc.band_scaled, &sc.band_exp}) v->resize(static_cast<size_t>(capacity) + 16);
   sc.band_ids.resize(static_cast<size_t>(capacity) + 16);
+  kernels::ExpBandParams& p = plan.pass;
   p.logits = logits.data();
   p.n = n;
   p.temperature = temperature;
@@ -452,27 +543,10 @@ std::optional<BandDraw> band_draw(std::span<const float> logits, float temperatu
   sc.band_mass.assign(sc.band_exp.begin(), sc.band_exp.begin() + static_cast<ptrdiff_t>(count));
   const Band band{std::span(sc.band_ids).first(count), std::span(sc.band_scaled).first(count),
                   sc.band_mass};
-  // The cut's walk (top-p), then the draw's at u times the mass it keeps.
-  auto decide = [&](const kernels::ExpBandResult& sums, double tolerance, double abs_tolerance) {
-    Row cut{max_scaled, sums.total, tolerance, abs_tolerance, top_p_share, true};
-    double kept = 1.0;
-    if (has_cut) {
-      const int32_t at = walk_band(cut, sums.mass_above[1], band, ranges[1]);
-      if (at < 0) return at;
-      kept = cut.landed_cumulative;
-    }
-    Row draw{max_scaled,
-             sums.total,
-             tolerance,
-             abs_tolerance,
-             u * kept,
-             false,
-             has_cut ? &cut.landed : nullptr};
-    return walk_band(draw, sums.mass_above[0], band, ranges[0]);
-  };
   // Float masses: each term within e = single_precision_exp_error(spread) of the exact one, so
   // every comparison of two shares over the same total within 2e (see BucketedRow).
-  int32_t token = decide(pass, 2.0 * kernels::single_precision_exp_error(spread), kAbsTolerance);
+  int32_t token = decide(band, plan, pass, max_scaled, u, filter,
+                         2.0 * kernels::single_precision_exp_error(spread), kAbsTolerance);
   if (token == kUndecided) {
     // Too close to call in float: the same bands with exact masses, the total and the masses
     // before the bands from a double pass (still no histogram), which always decides.
@@ -480,7 +554,7 @@ std::optional<BandDraw> band_draw(std::span<const float> logits, float temperatu
     const kernels::ExpBandResult exact = kernels::exp_band(p);
     kernels::shifted_exp_f64(sc.band_scaled.data(), static_cast<int64_t>(count), max_scaled,
                              sc.band_mass.data());
-    token = decide(exact, 0.0, 0.0);
+    token = decide(band, plan, exact, max_scaled, u, filter, 0.0, 0.0);
   }
   if (token < 0) return std::nullopt;
   return BandDraw{token, pass.total, range.max};

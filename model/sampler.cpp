@@ -11,7 +11,7 @@
 // sorted definition does; bucket masses differ from the element-by-element sums only in
 // rounding (~1e-16), so a draw can differ only when it lands that close to a boundary.
 //
-// The clients' defaults, a temperature with nothing filtered or with top-p alone, skip even the
+// The clients' defaults, a temperature with nothing filtered or with top-p or min-p alone, skip the
 // histogram: its per-element scatter is most of a draw's cost, and the draw needs only the
 // total mass, the mass before the few elements where it (and the top-p cut) lands, and those
 // elements. The band draw (model/band_draw.h) estimates where from a subsample and gets all
@@ -243,12 +243,13 @@ Draws draw(std::span<const float> logits, const SamplingParams& params,
     return out;
   };
   if (params.is_greedy()) return first_max();
-  // The clients' defaults (a temperature, perhaps top-p): the band draw, without the
+  // The clients' defaults (a temperature, perhaps top-p or min-p): the band draw, without the
   // bucketed histogram, when it can decide the draw; the bucketed row otherwise.
-  const bool band_drawn = (params.top_k <= 0 || params.top_k >= vocab) && params.min_p <= 0.0f;
+  const bool band_drawn =
+      (params.top_k <= 0 || params.top_k >= vocab) && !(params.top_p < 1.0f && params.min_p > 0.0f);
   if (band_drawn && us.size() == 1 && vocab >= kBandDrawMinVocab) {
     if (std::optional<sampling::BandDraw> band =
-            sampling::band_draw(logits, params.temperature, us[0], params.top_p)) {
+            sampling::band_draw(logits, params.temperature, us[0], params.top_p, params.min_p)) {
       Draws out{{band->token}, kNaN, band->row_max};
       if (params.temperature == 1.0f) out.log_sum_exp = band->row_max + std::log(band->total);
       return out;

@@ -19,11 +19,13 @@
 namespace pagedserve::model::sampling {
 namespace {
 
-// Top-p as vLLM applies it: the smallest prefix whose mass reaches top_p, then the draw at u
-// times that prefix's mass.
+// Top-p and min-p as vLLM applies them: the smallest prefix whose mass reaches top_p, then the
+// prefix of that at least min_p times as likely as the top token, then the draw at u times the
+// kept prefix's mass.
 class Definition {
  public:
-  Definition(const std::vector<float>& logits, float temperature, float top_p = 1.0f) {
+  Definition(const std::vector<float>& logits, float temperature, float top_p = 1.0f,
+             float min_p = 0.0f) {
     for (size_t i = 0; i < logits.size(); ++i) {
       sorted_.push_back({logits[i] / temperature, static_cast<int32_t>(i)});
     }
@@ -45,6 +47,11 @@ class Definition {
                   cumulative_.begin()) +
               1;
       kept_ = std::min(kept_, cumulative_.size());
+    }
+    if (min_p > 0.0f) {  // the prefix at least min_p times as likely as the top token
+      size_t m = 0;
+      while (m < kept_ && p[m] / total >= min_p * (p[0] / total)) ++m;
+      kept_ = std::max<size_t>(m, 1);
     }
   }
   int32_t draw(double u) const {
@@ -111,8 +118,8 @@ const char* name(Shape s) {
 // Draws u (random, the ends, and just below boundaries of the cumulative distribution) of one
 // row; every decided one must be the definition's. Returns how many were decided.
 int check_draws(const std::vector<float>& row, float temperature, float top_p, std::mt19937& rng,
-                const std::string& where, int* draws) {
-  const Definition definition(row, temperature, top_p);
+                const std::string& where, int* draws, float min_p = 0.0f) {
+  const Definition definition(row, temperature, top_p, min_p);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   // (u within double rounding of 1 lands wherever rounding puts it, in both.)
   std::vector<double> us = {0.0, 1.0 - 1e-6};
@@ -123,7 +130,7 @@ int check_draws(const std::vector<float>& row, float temperature, float top_p, s
   }
   int decided = 0;
   for (double u : us) {
-    const std::optional<BandDraw> got = band_draw(row, temperature, u, top_p);
+    const std::optional<BandDraw> got = band_draw(row, temperature, u, top_p, min_p);
     ++*draws;
     if (!got) continue;
     ++decided;
@@ -180,6 +187,26 @@ TEST(BandDraw, TopPDrawsAreTheDefinitionsToo) {
   EXPECT_GE(decided_peaked, draws_peaked * 9 / 10);
 }
 
+// Min-p: the cut is a known gap; the tokens near it get the exact test. Every shape is decided
+// (the cut's band is narrow whatever the row).
+TEST(BandDraw, MinPDrawsAreTheDefinitionsToo) {
+  std::mt19937 rng(31);
+  int decided = 0;
+  int draws = 0;
+  for (int vocab : {4099, 32000, 128256}) {
+    for (Shape shape : {Shape::kFlat, Shape::kPeaked, Shape::kTies, Shape::kWide}) {
+      for (float min_p : {0.05f, 0.3f, 0.9f}) {
+        const float temperature = min_p == 0.3f ? 0.7f : 1.0f;
+        const std::vector<float> row = make_row(vocab, shape, rng);
+        const std::string where = std::string(name(shape)) + " vocab " + std::to_string(vocab) +
+                                  " min_p " + std::to_string(min_p);
+        decided += check_draws(row, temperature, 1.0f, rng, where, &draws, min_p);
+      }
+    }
+  }
+  EXPECT_GE(decided, draws * 9 / 10);
+}
+
 TEST(BandDraw, HandsBackRowsItDoesNotTake) {
   std::mt19937 rng(19);
   std::vector<float> row = make_row(8192, Shape::kFlat, rng);
@@ -194,6 +221,7 @@ TEST(BandDraw, HandsBackRowsItDoesNotTake) {
   wide[5] = -100.0f;  // a spread past 80 nats
   EXPECT_FALSE(band_draw(wide, 1.0f, 0.5).has_value());
   EXPECT_FALSE(band_draw(row, 0.0f, 0.5).has_value());
+  EXPECT_FALSE(band_draw(row, 1.0f, 0.5, 0.9f, 0.1f).has_value());  // top-p and min-p together
 }
 
 // Through the sampler (band draw, and the bucketed draw where it hands back): the same tokens
