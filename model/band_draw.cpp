@@ -71,6 +71,7 @@ struct BandScratch {
   std::vector<int32_t> block_order;
   std::vector<float> sample_logits;
   std::vector<float> sample_exp;
+  std::vector<float> sample_weight;  // of the strided samples
   std::vector<int32_t> band_ids;
   std::vector<float> band_scaled;
   std::vector<float> band_exp;
@@ -305,6 +306,7 @@ Estimate estimate_row(std::span<const float> logits, float temperature, float ma
   }
   const size_t exact = sc.sample_logits.size();
   const size_t first_open_maximum = exact - static_cast<size_t>(blocks - whole);
+  sc.sample_weight.clear();
   for (int64_t b = 0; b < blocks; ++b) {
     if (std::find(sc.block_order.begin(), whole_end, b) != whole_end) continue;
     // The maximum is counted already: a strided position holding it (its first occurrence)
@@ -314,12 +316,17 @@ Estimate estimate_row(std::span<const float> logits, float temperature, float ma
     const int64_t first = b * kBlock;
     const int64_t end = std::min(n, first + kBlock);
     const float top = sc.block_max[static_cast<size_t>(b)];
+    // What each sample stands for: the block's elements but its maximum, over its samples
+    // (kStrideWeight but in a shorter last block).
+    const float weight = static_cast<float>(end - first - 1) /
+                         static_cast<float>((end - first + kStride - 1) / kStride);
     for (int64_t i = first; i < end; i += kStride) {
       const bool is_maximum =
           logits[static_cast<size_t>(i)] == top &&
           std::find(logits.begin() + first, logits.begin() + i, top) == logits.begin() + i;
       const int64_t j = is_maximum && i + 1 < end ? i + 1 : i;
       sc.sample_logits.push_back(logits[static_cast<size_t>(j)]);
+      sc.sample_weight.push_back(weight);
     }
   }
   sc.sample_exp.resize(sc.sample_logits.size());
@@ -338,9 +345,10 @@ Estimate estimate_row(std::span<const float> logits, float temperature, float ma
     } else {
       // One element standing for w: its block's sum is off by ~w e at most; w (w - 1) e^2
       // bounds that variance (zero for the elements that stand for themselves).
-      bucket.mass += kStrideWeight * e;
-      bucket.variance += kStrideWeight * (kStrideWeight - 1.0) * e * e;
-      bucket.count += kStrideWeight;
+      const double w = sc.sample_weight[j - exact];
+      bucket.mass += w * e;
+      bucket.variance += w * (w - 1.0) * e * e;
+      bucket.count += w;
     }
   }
   return est;
