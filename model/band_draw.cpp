@@ -12,12 +12,13 @@
 namespace pagedserve::model::sampling {
 namespace {
 
-// The subsample: blocks of kBlock elements. The kWholeBlocks with the highest maxima are taken
-// whole, and every other block's maximum stands for itself: a trained model's few likely
-// tokens are those, and a stride alone would miss most of them and misjudge the mass. Every
-// kStride-th element of the other blocks stands for the rest of its block. (A band's width goes
-// as 1 / sqrt(samples); a denser stride, 16 for a 32k row, measured slower on both kinds of
-// row: the subsample then costs more than the narrower band saves.)
+// The subsample: blocks of kBlock elements. The blocks holding the row's heavy tokens (a
+// maximum within kHeavyGap of the row's) are taken whole when fewer than kMaxWholeBlocks do,
+// else the kWholeBlocks with the highest maxima; every other block's maximum stands for itself.
+// A trained model's few likely tokens are those, and a stride alone would miss most of them and
+// misjudge the mass. Every kStride-th element of the other blocks stands for the rest of its
+// block. (A band's width goes as 1 / sqrt(samples); a denser stride, 16 for a 32k row, measured
+// slower on both kinds of row: the subsample then costs more than the narrower band saves.)
 constexpr int64_t kBlock = 256;
 constexpr int kWholeBlocks = 4;
 constexpr int kMaxWholeBlocks = 16;
@@ -133,7 +134,9 @@ int32_t walk_elements(Row& row, std::span<Member> group, double& cumulative) {
     if (!here) continue;
     // Past the cut's last token: only the masses' rounding puts a draw there.
     if (row.last_kept != nullptr && before_in_order(*row.last_kept, m)) return kUndecided;
-    if (std::exp(static_cast<double>(m.scaled) - row.max_scaled) < row.min_p) return kUndecided;
+    if (row.min_p > 0.0 && std::exp(static_cast<double>(m.scaled) - row.max_scaled) < row.min_p) {
+      return kUndecided;
+    }
     row.landed = m;
     row.landed_cumulative = cumulative;
     return m.id;
@@ -272,25 +275,19 @@ struct EstimateBucket {
 using Estimate = std::array<EstimateBucket, kEstimateBuckets>;
 
 Estimate estimate_row(std::span<const float> logits, float temperature, float max_scaled,
-                      float per_unit, BandScratch& sc) {
+                      float per_unit, int64_t heavy_blocks, BandScratch& sc) {
   const int64_t n = static_cast<int64_t>(logits.size());
   const int64_t blocks = static_cast<int64_t>(sc.block_max.size());
   sc.block_order.resize(static_cast<size_t>(blocks));
   std::iota(sc.block_order.begin(), sc.block_order.end(), 0);
-  // Whole: the blocks holding the row's heavy tokens (a maximum within kHeavyGap of the row's)
-  // when fewer than kMaxWholeBlocks do, else the kWholeBlocks highest.
-  const int64_t candidates = std::min<int64_t>(kMaxWholeBlocks, blocks);
-  std::partial_sort(sc.block_order.begin(), sc.block_order.begin() + candidates,
-                    sc.block_order.end(),
+  // Whole: the heavy blocks when fewer than kMaxWholeBlocks, else the kWholeBlocks highest
+  // (either way the highest maxima: the sort puts the heavy blocks first).
+  const int64_t whole =
+      heavy_blocks < kMaxWholeBlocks
+          ? std::max<int64_t>(heavy_blocks, std::min<int64_t>(kWholeBlocks, blocks))
+          : std::min<int64_t>(kWholeBlocks, blocks);
+  std::partial_sort(sc.block_order.begin(), sc.block_order.begin() + whole, sc.block_order.end(),
                     [&](int32_t a, int32_t b) { return sc.block_max[a] > sc.block_max[b]; });
-  int64_t heavy = 0;
-  while (heavy < candidates && scaled(sc.block_max[static_cast<size_t>(sc.block_order[heavy])],
-                                      temperature) >= max_scaled - kHeavyGap) {
-    ++heavy;
-  }
-  const int64_t whole = heavy < candidates
-                            ? std::max<int64_t>(heavy, std::min<int64_t>(kWholeBlocks, blocks))
-                            : std::min<int64_t>(kWholeBlocks, blocks);
   const auto whole_end = sc.block_order.begin() + whole;
   // Weight-1 samples first (whole blocks, block maxima), then the strided ones.
   sc.sample_logits.clear();
@@ -525,8 +522,8 @@ std::optional<BandDraw> band_draw(std::span<const float> logits, float temperatu
     heavy_blocks += static_cast<int64_t>(scaled(block_max, temperature) >= max_scaled - kHeavyGap);
   }
   if (top_p_cut && heavy_blocks >= kMaxWholeBlocks) return std::nullopt;
-  Plan plan = plan_bands(estimate_row(logits, temperature, max_scaled, per_unit, sc), u, filter,
-                         per_unit, spread);
+  Plan plan = plan_bands(estimate_row(logits, temperature, max_scaled, per_unit, heavy_blocks, sc),
+                         u, filter, per_unit, spread);
   if (top_p_cut && plan.expected > static_cast<double>(n) * kMaxTopPBandShare) {
     return std::nullopt;
   }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/avx512_lanes.h"
 #include "kernels/cpu/exp_avx512.h"
 #include "kernels/cpu/exp_avx512_pd.h"
 
@@ -80,11 +81,6 @@ ExpBandResult exp_band_portable(const ExpBandParams& p) {
 
 // ---- AVX-512 ----
 
-PS_TARGET_AVX512 __mmask16 tail_mask16(int64_t remaining) {
-  return remaining >= 16 ? static_cast<__mmask16>(0xffff)
-                         : static_cast<__mmask16>((1u << remaining) - 1);
-}
-
 PS_TARGET_AVX512 BlockedRange row_block_max_avx512(const float* x, int64_t n, int64_t block,
                                                    float* block_max) {
   __m512 lo = _mm512_set1_ps(kInf);
@@ -118,12 +114,6 @@ PS_TARGET_AVX512 void scaled_exp_f32_avx512(const float* x, int64_t n, float tem
     const __m512 s = unit ? raw : _mm512_div_ps(raw, t);
     _mm512_mask_storeu_ps(out + i, m, exp_avx512(_mm512_sub_ps(s, shift)));
   }
-}
-
-// The 16 floats of v as two vectors of 8 doubles (lanes 0-7, 8-15); exact.
-PS_TARGET_AVX512 void widen(__m512 v, __m512d* lo, __m512d* hi) {
-  *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-  *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
 // The masks of one band: before it, and in it. g < above is -g > -above, and -g = s -
@@ -176,7 +166,7 @@ PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
     const __m512 minus_gap = _mm512_sub_ps(s, max_scaled);
     const __m512 e = _mm512_maskz_mov_ps(m, exp_avx512(minus_gap));
     __m512d e_lo, e_hi;
-    widen(e, &e_lo, &e_hi);
+    widen_to_pd(e, &e_lo, &e_hi);
     total_lo = _mm512_add_pd(total_lo, e_lo);
     total_hi = _mm512_add_pd(total_hi, e_hi);
     __mmask16 in_band = 0;
@@ -222,7 +212,7 @@ PS_TARGET_AVX512 ExpBandResult exp_band_exact_avx512(const ExpBandParams& p) {
     const __m512 raw = _mm512_maskz_loadu_ps(m, p.logits + i);
     const __m512 s = unit ? raw : _mm512_div_ps(raw, t);
     __m512d s_lo, s_hi;
-    widen(s, &s_lo, &s_hi);
+    widen_to_pd(s, &s_lo, &s_hi);
     const __m512d e_lo =
         _mm512_maskz_mov_pd(static_cast<__mmask8>(m), exp_avx512_pd(_mm512_sub_pd(s_lo, shift)));
     const __m512d e_hi = _mm512_maskz_mov_pd(static_cast<__mmask8>(m >> 8),

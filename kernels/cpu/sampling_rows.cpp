@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/avx512_lanes.h"
 #include "kernels/cpu/exp_avx512.h"
 #include "kernels/cpu/exp_avx512_pd.h"
 
@@ -21,11 +22,6 @@ namespace pagedserve::kernels {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-PS_TARGET_AVX512 __mmask16 tail_mask16(int64_t remaining) {
-  return remaining >= 16 ? static_cast<__mmask16>(0xffff)
-                         : static_cast<__mmask16>((1u << remaining) - 1);
-}
 
 // ---- portable ----
 
@@ -111,12 +107,6 @@ PS_TARGET_AVX512 int64_t row_argmax_avx512(const float* x, int64_t n) {
   const __mmask16 holders = _mm512_cmp_ps_mask(best, _mm512_set1_ps(top), _CMP_EQ_OQ);
   if (holders == 0) return 0;  // NaN everywhere
   return _mm512_mask_reduce_min_epi32(holders, best_index);
-}
-
-// The 16 floats of v as two vectors of 8 doubles (lanes 0-7, 8-15); exact.
-PS_TARGET_AVX512 void widen_to_pd(__m512 v, __m512d* lo, __m512d* hi) {
-  *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-  *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
 PS_TARGET_AVX512 void exp_pair(__m512 scaled, __m512d shift, __m512d* e_lo, __m512d* e_hi) {
