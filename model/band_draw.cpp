@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/exp_band.h"
+#include "model/band_walk.h"
 
 namespace pagedserve::model::sampling {
 namespace {
@@ -37,16 +38,6 @@ constexpr double kUnseen = 3.0;
 constexpr double kMaxTopPBandShare = 1.0 / 32;
 // exp_avx512 clamps gaps at 87 nats; past this spread the path is not taken.
 constexpr float kMaxSpread = 80.0f;
-// A group of at most this many elements is sorted and walked one by one; a larger one is split
-// into kSplit groups by gap, stepped over like the bucketed row's sub-buckets.
-constexpr size_t kWalkDirect = 48;
-constexpr int kSplit = 64;
-constexpr int kMaxDepth = 3;
-// As BucketedRow: masses summed in another order than the element walk's (kSlack), float
-// exps' terms past e^-80 and the double roundings (kAbsTolerance).
-constexpr double kSlack = 1e-9;
-constexpr double kAbsTolerance = 1e-15;
-
 // Min-p's cut band: the tokens whose float gap is this close to -ln(min_p) get the exact test.
 constexpr double kMinPBand = 1e-4;
 
@@ -55,16 +46,6 @@ struct Filter {
   float top_p = 1.0f;
   float min_p = 0.0f;
   bool cuts() const { return top_p < 1.0f || min_p > 0.0f; }
-};
-
-constexpr int32_t kContinue = -1;   // not in this group: the walk goes on after it
-constexpr int32_t kUndecided = -2;  // too close to call with float masses
-
-struct Member {
-  float scaled;  // logit / temperature
-  float gap;     // max_scaled - scaled, in float as the band pass has it
-  int32_t id;
-  double mass;  // its exp: the band pass's float one, or the exact one
 };
 
 struct BandScratch {
@@ -76,11 +57,7 @@ struct BandScratch {
   std::vector<int32_t> band_ids;
   std::vector<float> band_scaled;
   std::vector<float> band_exp;
-  std::vector<double> band_mass;     // the band's masses as the walk uses them
-  std::vector<uint32_t> band_index;  // one band's positions among the collected
-  std::vector<uint8_t> band_group;
-  std::vector<Member> members;
-  std::array<std::vector<Member>, kMaxDepth - 1> split;  // walk_group's, one per depth 1, 2, ...
+  std::vector<double> band_mass;  // the band's masses as the walk uses them
 };
 
 BandScratch& scratch() {
@@ -89,180 +66,6 @@ BandScratch& scratch() {
 }
 
 float scaled(float x, float temperature) { return temperature == 1.0f ? x : x / temperature; }
-
-// The sorted definition's order: higher scaled logit first, ties by lower id.
-bool before_in_order(const Member& a, const Member& b) {
-  return a.scaled > b.scaled || (a.scaled == b.scaled && a.id < b.id);
-}
-
-// One walk over the sorted order: a draw (the first element whose cumulative share passes the
-// target) or a top-p cut (the first whose cumulative share reaches it).
-struct Row {
-  float max_scaled;
-  double total;          // from float exps, or double ones
-  double tolerance;      // relative, of a comparison of two shares
-  double abs_tolerance;  // and absolute
-  double target;         // u (times the kept mass, under a cut), or top_p for the cut
-  bool is_cut = false;
-  const Member* last_kept = nullptr;  // a draw under a top-p cut lands at or before this one
-  double min_p = 0.0;                 // and under min-p on a token at least this likely
-  bool undecided = false;
-  Member landed{};  // where the walk stopped, and the cumulative share through it
-  double landed_cumulative = 0.0;
-
-  // a < b, flagging a comparison closer than the masses' error.
-  bool less(double a, double b) {
-    if (std::fabs(a - b) <= tolerance * std::max(std::fabs(a), std::fabs(b)) + abs_tolerance) {
-      undecided = true;
-    }
-    return a < b;
-  }
-  double slack() const { return kSlack + tolerance + abs_tolerance; }
-  bool lands_at(double cumulative) {
-    return is_cut ? !less(cumulative, target) : less(target, cumulative);
-  }
-};
-
-// The sorted definition on the group's elements: sort, add each one's exact share (std::exp in
-// double, as the definition), stop where the target falls.
-int32_t walk_elements(Row& row, std::span<Member> group, double& cumulative) {
-  std::sort(group.begin(), group.end(), before_in_order);
-  for (const Member& m : group) {
-    cumulative += std::exp(static_cast<double>(m.scaled) - row.max_scaled) / row.total;
-    const bool here = row.lands_at(cumulative);
-    if (row.undecided) return kUndecided;
-    if (!here) continue;
-    // Past the cut's last token: only the masses' rounding puts a draw there.
-    if (row.last_kept != nullptr && before_in_order(*row.last_kept, m)) return kUndecided;
-    if (row.min_p > 0.0 && std::exp(static_cast<double>(m.scaled) - row.max_scaled) < row.min_p) {
-      return kUndecided;
-    }
-    row.landed = m;
-    row.landed_cumulative = cumulative;
-    return m.id;
-  }
-  return kContinue;
-}
-
-// The kSplit groups of gaps in [lo, lo + kSplit / scale): each step monotone in the scaled
-// logit, so the groups laid end to end follow the sorted order and equal logits share one. The
-// position is clamped as a float (a gap rounded past the range, or a tiny range's huge scale,
-// must not overflow the conversion).
-int group_of(float gap, float lo, float scale) {
-  return static_cast<int>(std::clamp((gap - lo) * scale, 0.0f, static_cast<float>(kSplit - 1)));
-}
-
-// Splits a group by gap, steps over whole sub-groups that end clear of the target and walks
-// into the one where it falls.
-int32_t walk_group(Row& row, std::span<Member> group, double& cumulative, int depth) {
-  if (group.empty()) return kContinue;
-  float lo = std::numeric_limits<float>::infinity();
-  float hi = -lo;
-  for (const Member& m : group) {
-    lo = std::min(lo, m.gap);
-    hi = std::max(hi, m.gap);
-  }
-  if (group.size() <= kWalkDirect || depth == kMaxDepth || !(hi > lo)) {
-    return walk_elements(row, group, cumulative);
-  }
-  const float scale = static_cast<float>(kSplit) / (hi - lo);
-  std::array<uint32_t, kSplit + 1> begin{};
-  std::array<double, kSplit> mass{};
-  for (const Member& m : group) {
-    const int k = group_of(m.gap, lo, scale);
-    ++begin[static_cast<size_t>(k) + 1];
-    mass[static_cast<size_t>(k)] += m.mass;
-  }
-  std::partial_sum(begin.begin(), begin.end(), begin.begin());
-  std::vector<Member>& sorted = scratch().split[static_cast<size_t>(depth) - 1];
-  sorted.resize(group.size());
-  std::array<uint32_t, kSplit> next;
-  std::copy(begin.begin(), begin.end() - 1, next.begin());
-  for (const Member& m : group) sorted[next[static_cast<size_t>(group_of(m.gap, lo, scale))]++] = m;
-
-  for (int k = 0; k < kSplit; ++k) {
-    const uint32_t first = begin[static_cast<size_t>(k)];
-    const uint32_t end = begin[static_cast<size_t>(k) + 1];
-    if (first == end) continue;
-    const double share = mass[static_cast<size_t>(k)] / row.total;
-    if (cumulative + share < row.target - row.slack()) {
-      cumulative += share;
-      continue;
-    }
-    const int32_t token =
-        walk_group(row, std::span(sorted).subspan(first, end - first), cumulative, depth + 1);
-    if (token != kContinue) return token;
-  }
-  return kContinue;
-}
-
-// The bands as the pass collected them, with the masses the walk uses (float or exact).
-struct Band {
-  std::span<const int32_t> ids;
-  std::span<const float> scaled;
-  std::span<const double> mass;
-};
-// One band's gaps: [above, below), every collected gap at most `highest`.
-struct BandRange {
-  float above = 0.0f;
-  float below = 0.0f;
-  float highest = 0.0f;
-  bool only = true;  // the pass collected this band alone
-};
-
-// The walk from a band's start: its first split is made over the collected arrays as the pass
-// left them (one pass for the groups' masses; only the groups the walk enters become Members),
-// the rest by walk_group. kContinue when the target lies before or past the band.
-int32_t walk_band(Row& row, double mass_above, const Band& band, const BandRange& range) {
-  double cumulative = mass_above / row.total;
-  // (Nothing before the band: a target of 0 lands on its first element.)
-  if (mass_above > 0.0 && !(cumulative < row.target - row.slack())) return kContinue;
-  BandScratch& sc = scratch();
-  const size_t n = band.ids.size();
-  const float lo = range.above;
-  const float scale = static_cast<float>(kSplit) / std::max(range.highest - lo, 1e-30f);
-  // This band's elements, when the pass collected two (they interleave; a branch on which
-  // band mispredicts, so the positions are compacted without one).
-  size_t inside = n;
-  if (!range.only) {
-    sc.band_index.resize(n);
-    inside = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const float gap = row.max_scaled - band.scaled[i];
-      sc.band_index[inside] = static_cast<uint32_t>(i);
-      inside += static_cast<size_t>((gap >= range.above) & (gap < range.below));
-    }
-  }
-  auto position = [&](size_t j) { return range.only ? j : size_t{sc.band_index[j]}; };
-  sc.band_group.resize(inside);
-  std::array<double, kSplit> mass{};
-  std::array<uint32_t, kSplit> count{};
-  for (size_t j = 0; j < inside; ++j) {
-    const size_t i = position(j);
-    const int k = group_of(row.max_scaled - band.scaled[i], lo, scale);
-    sc.band_group[j] = static_cast<uint8_t>(k);
-    mass[static_cast<size_t>(k)] += band.mass[i];
-    ++count[static_cast<size_t>(k)];
-  }
-  for (int k = 0; k < kSplit; ++k) {
-    if (count[static_cast<size_t>(k)] == 0) continue;
-    const double share = mass[static_cast<size_t>(k)] / row.total;
-    if (cumulative + share < row.target - row.slack()) {
-      cumulative += share;
-      continue;
-    }
-    sc.members.clear();
-    for (size_t j = 0; j < inside; ++j) {
-      if (sc.band_group[j] != k) continue;
-      const size_t i = position(j);
-      sc.members.push_back(
-          {band.scaled[i], row.max_scaled - band.scaled[i], band.ids[i], band.mass[i]});
-    }
-    const int32_t token = walk_group(row, sc.members, cumulative, 1);
-    if (token != kContinue) return token;
-  }
-  return kContinue;
-}
 
 // The estimate of the row from its subsample: per gap bucket, the mass, an upper bound on the
 // variance of that mass, and the element count.
@@ -420,8 +223,7 @@ struct Plan {
   double expected = 0.0;  // elements in the bands, by the estimate
 };
 
-Plan plan_bands(const Estimate& estimate, double u, const Filter& filter, float per_unit,
-                float spread) {
+Plan plan_bands(const Estimate& estimate, double u, const Filter& filter, float per_unit) {
   Plan plan;
   kernels::ExpBandParams& p = plan.pass;
   p.num_bands = filter.cuts() ? 2 : 1;
@@ -450,7 +252,7 @@ Plan plan_bands(const Estimate& estimate, double u, const Filter& filter, float 
     p.below[1] = static_cast<float>(cut_gap + kMinPBand);
   }
   for (int b = 0; b < p.num_bands; ++b) {
-    plan.ranges[b] = {p.above[b], p.below[b], std::min(p.below[b], spread), !filter.cuts()};
+    plan.ranges[b] = {p.above[b], p.below[b], !filter.cuts()};
   }
   return plan;
 }
@@ -523,7 +325,7 @@ std::optional<BandDraw> band_draw(std::span<const float> logits, float temperatu
   }
   if (top_p_cut && heavy_blocks >= kMaxWholeBlocks) return std::nullopt;
   Plan plan = plan_bands(estimate_row(logits, temperature, max_scaled, per_unit, heavy_blocks, sc),
-                         u, filter, per_unit, spread);
+                         u, filter, per_unit);
   if (top_p_cut && plan.expected > static_cast<double>(n) * kMaxTopPBandShare) {
     return std::nullopt;
   }

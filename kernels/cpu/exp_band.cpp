@@ -79,6 +79,24 @@ ExpBandResult exp_band_portable(const ExpBandParams& p) {
   return r;
 }
 
+GapSplit split_by_gap_portable(const float* scaled, const double* mass, const int32_t* ids,
+                               int64_t n, float max_scaled, float from, float to, float* out_scaled,
+                               double* out_mass, int32_t* out_ids) {
+  GapSplit r;
+  for (int64_t i = 0; i < n; ++i) {
+    const float gap = max_scaled - scaled[i];
+    if (gap < from) {
+      r.mass_before += mass[i];
+    } else if (gap < to) {
+      r.mass_between += mass[i];
+      out_scaled[r.count] = scaled[i];
+      out_mass[r.count] = mass[i];
+      out_ids[r.count++] = ids[i];
+    }
+  }
+  return r;
+}
+
 // ---- AVX-512 ----
 
 PS_TARGET_AVX512 BlockedRange row_block_max_avx512(const float* x, int64_t n, int64_t block,
@@ -243,6 +261,37 @@ PS_TARGET_AVX512 void shifted_exp_f64_avx512(const float* scaled, int64_t n, dou
   }
 }
 
+// Eight elements a step: their masses are doubles. Compressed vectors are stored whole, as in
+// exp_band_avx512.
+PS_TARGET_AVX512 GapSplit split_by_gap_avx512(const float* scaled, const double* mass,
+                                              const int32_t* ids, int64_t n, float max_scaled,
+                                              float from, float to, float* out_scaled,
+                                              double* out_mass, int32_t* out_ids) {
+  const __m256 top = _mm256_set1_ps(max_scaled);
+  const __m256 from_v = _mm256_set1_ps(from);
+  const __m256 to_v = _mm256_set1_ps(to);
+  __m512d before = _mm512_setzero_pd(), between = _mm512_setzero_pd();
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; i += 8) {
+    const __mmask8 m = static_cast<__mmask8>(tail_mask16(std::min<int64_t>(n - i, 8)));
+    const __m256 s = _mm256_maskz_loadu_ps(m, scaled + i);
+    const __m512d e = _mm512_maskz_loadu_pd(m, mass + i);
+    const __m256i id = _mm256_maskz_loadu_epi32(m, ids + i);
+    const __m256 gap = _mm256_sub_ps(top, s);
+    const __mmask8 lt_from = _mm256_mask_cmp_ps_mask(m, gap, from_v, _CMP_LT_OQ);
+    const __mmask8 in = _mm256_mask_cmp_ps_mask(m, gap, from_v, _CMP_GE_OQ) &
+                        _mm256_cmp_ps_mask(gap, to_v, _CMP_LT_OQ);
+    before = _mm512_mask_add_pd(before, lt_from, before, e);
+    between = _mm512_mask_add_pd(between, in, between, e);
+    _mm256_storeu_ps(out_scaled + count, _mm256_maskz_compress_ps(in, s));
+    _mm512_storeu_pd(out_mass + count, _mm512_maskz_compress_pd(in, e));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out_ids + count),
+                        _mm256_maskz_compress_epi32(in, id));
+    count += __builtin_popcount(in);
+  }
+  return {_mm512_reduce_add_pd(before), _mm512_reduce_add_pd(between), count};
+}
+
 }  // namespace
 
 BlockedRange row_block_max(const float* x, int64_t n, int64_t block, float* block_max, Isa isa) {
@@ -273,6 +322,19 @@ void shifted_exp_f64(const float* scaled, int64_t n, double shift, double* out, 
   assert(scaled != nullptr && out != nullptr && n >= 0);
   if (isa == Isa::kAvx512) return shifted_exp_f64_avx512(scaled, n, shift, out);
   for (int64_t i = 0; i < n; ++i) out[i] = std::exp(static_cast<double>(scaled[i]) - shift);
+}
+
+GapSplit split_by_gap(const float* scaled, const double* mass, const int32_t* ids, int64_t n,
+                      float max_scaled, float from, float to, float* out_scaled, double* out_mass,
+                      int32_t* out_ids, Isa isa) {
+  assert(n >= 0 && (n == 0 || (scaled != nullptr && mass != nullptr && ids != nullptr)));
+  assert(out_scaled != nullptr && out_mass != nullptr && out_ids != nullptr);
+  if (isa == Isa::kAvx512) {
+    return split_by_gap_avx512(scaled, mass, ids, n, max_scaled, from, to, out_scaled, out_mass,
+                               out_ids);
+  }
+  return split_by_gap_portable(scaled, mass, ids, n, max_scaled, from, to, out_scaled, out_mass,
+                               out_ids);
 }
 
 }  // namespace pagedserve::kernels

@@ -62,6 +62,20 @@ struct ExpBandResult {
 };
 ExpBandResult exp_band(const ExpBandParams& params, Isa isa = best_isa());
 
+// One step of narrowing a band down to where a draw lands (model/band_walk.cpp). Of the n
+// elements (scaled logit, mass, id), each with the float gap g = max_scaled - scaled[i] as
+// exp_band computes it: those with g < from are summed into mass_before; those with
+// from <= g < to are summed into mass_between and collected, in order, into out_* (room for
+// n + 8 entries each: whole vectors are stored). from may be -inf and to +inf.
+struct GapSplit {
+  double mass_before = 0.0;
+  double mass_between = 0.0;
+  int64_t count = 0;  // collected
+};
+GapSplit split_by_gap(const float* scaled, const double* mass, const int32_t* ids, int64_t n,
+                      float max_scaled, float from, float to, float* out_scaled, double* out_mass,
+                      int32_t* out_ids, Isa isa = best_isa());
+
 // out[i] = exp(double(scaled[i]) - shift), within ~2 ulp of std::exp (exp_histogram's exact
 // masses): a band's elements, once the float masses could not decide a draw.
 void shifted_exp_f64(const float* scaled, int64_t n, double shift, double* out,

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tests/kernels/kernel_test_util.h"
@@ -211,6 +212,52 @@ TEST(ExpBand, ShiftedDoubleExpsMatchStdExp) {
       for (int64_t i = 0; i < n; ++i) {
         const double want = std::exp(static_cast<double>(s[static_cast<size_t>(i)]) - 1.25);
         EXPECT_NEAR(out[static_cast<size_t>(i)], want, 4.5e-16 * want) << isa_name(isa);
+      }
+    }
+  }
+}
+
+TEST(ExpBand, SplitByGapSumsAndCollectsEachElementByItsClass) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<double> any_mass(0.0, 1.0);
+  for (Isa isa : supported_isas()) {
+    for (int64_t n : {0, 1, 7, 8, 9, 100, 1001}) {
+      const std::vector<float> s = make_row(rng, n, 0.0f, 1.0f, true);  // ties on the edges
+      std::vector<double> mass(static_cast<size_t>(n));
+      std::vector<int32_t> ids(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        mass[static_cast<size_t>(i)] = any_mass(rng);
+        ids[static_cast<size_t>(i)] = static_cast<int32_t>(3 * i + 1);
+      }
+      const float top = 2.5f;
+      for (auto [from, to] : {std::pair{2.0f, 2.75f}, std::pair{-kInf, 2.5f}, std::pair{2.5f, kInf},
+                              std::pair{3.0f, 3.0f}}) {
+        std::vector<float> out_s(static_cast<size_t>(n) + 8, -1.0f);
+        std::vector<double> out_m(static_cast<size_t>(n) + 8, -1.0);
+        std::vector<int32_t> out_id(static_cast<size_t>(n) + 8, -1);
+        const GapSplit got = split_by_gap(s.data(), mass.data(), ids.data(), n, top, from, to,
+                                          out_s.data(), out_m.data(), out_id.data(), isa);
+        double before = 0.0, between = 0.0;
+        std::vector<int32_t> want_ids;
+        for (int64_t i = 0; i < n; ++i) {
+          const float gap = top - s[static_cast<size_t>(i)];
+          if (gap < from) before += mass[static_cast<size_t>(i)];
+          if (gap >= from && gap < to) {
+            between += mass[static_cast<size_t>(i)];
+            want_ids.push_back(ids[static_cast<size_t>(i)]);
+          }
+        }
+        const std::string where = std::string(isa_name(isa)) + " n=" + std::to_string(n) +
+                                  " from=" + std::to_string(from) + " to=" + std::to_string(to);
+        EXPECT_NEAR(got.mass_before, before, 1e-12 * std::max(1.0, before)) << where;
+        EXPECT_NEAR(got.mass_between, between, 1e-12 * std::max(1.0, between)) << where;
+        ASSERT_EQ(got.count, static_cast<int64_t>(want_ids.size())) << where;
+        for (size_t j = 0; j < want_ids.size(); ++j) {
+          ASSERT_EQ(out_id[j], want_ids[j]) << where;
+          const size_t i = static_cast<size_t>((want_ids[j] - 1) / 3);
+          EXPECT_EQ(out_s[j], s[i]) << where;
+          EXPECT_EQ(out_m[j], mass[i]) << where;
+        }
       }
     }
   }
