@@ -13,11 +13,11 @@
 
 namespace pagedserve::kernels {
 
-// x clamped to [-87, 88] (beyond, e^x is 0 or inf to float precision in every use here),
-// x = n ln2 + r with |r| <= ln2 / 2, a degree-7 Taylor polynomial for e^r (truncation below
-// 1e-8 relative), scaled by 2^n.
-__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline __m512 exp_avx512(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+// e^x for x in [-87, 88] (no clamp: for callers whose arguments are bounded already): x = n ln2
+// + r with |r| <= ln2 / 2, a degree-7 Taylor polynomial for e^r (truncation below 1e-8
+// relative), scaled by 2^n.
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline __m512 exp_avx512_in_range(
+    __m512 x) {
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);   // ln2 high bits
@@ -31,6 +31,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline __m512 exp_avx51
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(p, n);
+}
+
+// x clamped to [-87, 88] (beyond, e^x is 0 or inf to float precision in every use here), then
+// exp_avx512_in_range.
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline __m512 exp_avx512(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+  return exp_avx512_in_range(x);
 }
 
 }  // namespace pagedserve::kernels

@@ -135,17 +135,17 @@ PS_TARGET_AVX512 void scaled_exp_f32_avx512(const float* x, int64_t n, float tem
 }
 
 // The masks of one band: before it, and in it. g < above is -g > -above, and -g = s -
-// max_scaled is the exp's argument (exactly: float subtraction rounds symmetrically).
+// max_scaled is the exp's argument (exactly: float subtraction rounds symmetrically). Two
+// compares: a lane not at or past the band's start is before it.
 struct BandMasks {
   __mmask16 before;
   __mmask16 in;
 };
 PS_TARGET_AVX512 BandMasks band_masks(__mmask16 m, __m512 minus_gap, __m512 minus_above,
                                       __m512 minus_below) {
-  const __mmask16 before = _mm512_mask_cmp_ps_mask(m, minus_gap, minus_above, _CMP_GT_OQ);
-  const __mmask16 in = _mm512_mask_cmp_ps_mask(m, minus_gap, minus_above, _CMP_LE_OQ) &
-                       _mm512_cmp_ps_mask(minus_gap, minus_below, _CMP_GT_OQ);
-  return {before, in};
+  const __mmask16 from_start = _mm512_mask_cmp_ps_mask(m, minus_gap, minus_above, _CMP_LE_OQ);
+  return {_kandn_mask16(from_start, m),
+          _mm512_mask_cmp_ps_mask(from_start, minus_gap, minus_below, _CMP_GT_OQ)};
 }
 
 PS_TARGET_AVX512 void masked_accumulate(__mmask16 mask, __m512d e_lo, __m512d e_hi, __m512d* lo,
@@ -182,7 +182,7 @@ PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
     // x / 1 is x: temperature 1 (the OpenAI default) skips the division, bit for bit the same.
     const __m512 s = unit ? raw : _mm512_div_ps(raw, t);
     const __m512 minus_gap = _mm512_sub_ps(s, max_scaled);
-    const __m512 e = _mm512_maskz_mov_ps(m, exp_avx512(minus_gap));
+    const __m512 e = _mm512_maskz_mov_ps(m, exp_avx512_in_range(minus_gap));
     __m512d e_lo, e_hi;
     widen_to_pd(e, &e_lo, &e_hi);
     total_lo = _mm512_add_pd(total_lo, e_lo);

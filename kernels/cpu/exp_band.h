@@ -38,8 +38,10 @@ inline constexpr int kMaxBands = 2;
 struct ExpBandParams {
   const float* logits = nullptr;  // [n]
   int64_t n = 0;
-  float temperature = 1.0f;              // > 0
-  float max_scaled = 0.0f;               // max(logits) / temperature, finite
+  float temperature = 1.0f;  // > 0
+  // max(logits) / temperature, finite, and no gap past 87 nats (the float exps are not clamped:
+  // the band draw takes no row spread wider than 80).
+  float max_scaled = 0.0f;
   int num_bands = 1;                     // 1 or kMaxBands
   std::array<float, kMaxBands> above{};  // g < above: before the band
   std::array<float, kMaxBands> below{};  // g >= below: after it (infinity: nothing after it)
