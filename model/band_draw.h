@@ -5,11 +5,11 @@
 // where, with its sampling error, and picks a band of the sorted order that holds the landing
 // point with a margin of 3.5 standard errors. One vectorised pass (kernels/cpu/exp_band.h) then
 // sums the total and the mass before the band and collects the band; only the band's elements
-// are split and walked, as the bucketed row walks an opened bucket. Under top-p the same pass
-// collects a second band around the cut: the cut's walk finds the kept mass, and the draw's walk
-// lands at u times it, at or before the cut's last token. Min-p's cut is a known gap below the
-// top; its band holds only the tokens too close to it for their float gap to tell. The histogram's
-// per-element scatter (most of a bucketed draw's cost) is gone.
+// are narrowed, split and walked (band_walk.h), as the bucketed row walks an opened bucket.
+// Under top-p the same pass collects a second band around the cut: the cut's walk finds the
+// kept mass, and the draw's walk lands at u times it, at or before the cut's last token. Min-p's
+// cut is a known gap below the top; its band holds only the tokens too close to it for their float
+// gap to tell. The histogram's per-element scatter (most of a bucketed draw's cost) is gone.
 //
 // Masses are float exps, each decision checked against their error bound as BucketedRow checks
 // its own; a draw they cannot decide is decided again with exact (double) masses from a second
