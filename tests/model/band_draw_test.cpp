@@ -161,13 +161,16 @@ TEST(BandDraw, EveryDecidedDrawIsTheDefinitionsAndNearlyAllAreDecided) {
   EXPECT_GE(decided, draws * 95 / 100);
 }
 
-// Top-p: a cut walk, then the draw's under it. Rows whose bands would hold thousands of
-// elements (flat, tied, and wide ones at top-p 0.9) are handed back to the bucketed draw before
-// the band pass; a trained model's peaked rows are decided.
+// Top-p: a cut walk, then the draw's under it. Below a 64k vocabulary, rows whose bands would
+// hold thousands of elements (flat, tied, and wide ones at top-p 0.9) are handed back to the
+// bucketed draw before the band pass; a trained model's peaked rows are decided, and so are
+// most draws from the wide rows of a 128k vocabulary.
 TEST(BandDraw, TopPDrawsAreTheDefinitionsToo) {
   std::mt19937 rng(29);
   int decided_peaked = 0;
   int draws_peaked = 0;
+  int decided_wide = 0;  // 128k rows but the peaked ones
+  int draws_wide = 0;
   for (int vocab : {4099, 32000, 128256}) {
     for (Shape shape : {Shape::kFlat, Shape::kPeaked, Shape::kTies, Shape::kWide}) {
       for (float top_p : {0.9f, 0.95f, 0.5f, 0.05f}) {
@@ -180,11 +183,15 @@ TEST(BandDraw, TopPDrawsAreTheDefinitionsToo) {
         if (shape == Shape::kPeaked) {
           decided_peaked += decided;
           draws_peaked += draws;
+        } else if (vocab == 128256) {
+          decided_wide += decided;
+          draws_wide += draws;
         }
       }
     }
   }
   EXPECT_GE(decided_peaked, draws_peaked * 9 / 10);
+  EXPECT_GE(decided_wide, draws_wide * 3 / 4) << decided_wide << " of " << draws_wide;
 }
 
 // Min-p: the cut is a known gap; the tokens near it get the exact test. Every shape is decided
