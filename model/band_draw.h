@@ -13,10 +13,10 @@
 //
 // Masses are float exps, each decision checked against their error bound as BucketedRow checks
 // its own; a draw they cannot decide is decided again with exact (double) masses from a second
-// pass over the same bands. A band the target missed, a top-p row whose bands would hold
-// thousands of elements (a flat row), and a row this path does not take (infinite or NaN
-// elements, a spread past 80 nats) give nullopt: the caller then draws from the bucketed row,
-// whose answer is the same token.
+// pass over the same bands. A band the target missed, a top-p row of a vocabulary under 64k
+// whose bands would hold thousands of elements (a flat row), and a row this path does not take
+// (infinite or NaN elements, a spread past 80 nats) give nullopt: the caller then draws from the
+// bucketed row, whose answer is the same token.
 #pragma once
 
 #include <cstdint>
