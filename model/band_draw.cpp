@@ -40,7 +40,8 @@ constexpr double kUnseen = 3.0;
 // the benchmark model's 330 -> 224 us; a 32k one's 40 -> 43 us).
 constexpr double kMaxTopPBandShare = 1.0 / 32;
 constexpr int64_t kWideTopPMinVocab = 65536;
-// exp_avx512 clamps gaps at 87 nats; past this spread the path is not taken.
+// The band pass's float exps are not clamped (exp_avx512_in_range holds to 87 nats); past this
+// spread the path is not taken.
 constexpr float kMaxSpread = 80.0f;
 // Min-p's cut band: the tokens whose float gap is this close to -ln(min_p) get the exact test.
 constexpr double kMinPBand = 1e-4;
