@@ -75,9 +75,9 @@ const char* preemption_mode_name(PreemptionMode mode) {
 
 Scheduler::Scheduler(const SchedulerConfig& config, const cache::BlockManagerConfig& blocks)
     : config_(config),
-      proposer_(config.speculative.ngram_min, config.speculative.ngram_max),
       release_window_blocks_(blocks.sliding_window > 0 &&
-                             config.kv_allocator == cache::KvAllocatorKind::kPaged) {
+                             config.kv_allocator == cache::KvAllocatorKind::kPaged),
+      proposer_(config.speculative.ngram_min, config.speculative.ngram_max) {
   if (config_.max_num_batched_tokens < 1 || config_.max_num_seqs < 1) {
     throw std::invalid_argument("Scheduler: max_num_batched_tokens and max_num_seqs must be >= 1");
   }

@@ -8,7 +8,9 @@
 // GCC 12's roundscale and scalef intrinsics start from _mm512_undefined_ps, which
 // -Wmaybe-uninitialized reports as a false positive once inlined.
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // GCC only: clang has no such warning and warns of the name
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace pagedserve::kernels {

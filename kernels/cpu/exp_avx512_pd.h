@@ -6,7 +6,9 @@
 #include <immintrin.h>
 
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // GCC only: clang has no such warning and warns of the name
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace pagedserve::kernels {

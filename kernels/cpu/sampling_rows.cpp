@@ -13,7 +13,9 @@
 #include "kernels/cpu/exp_avx512.h"
 #include "kernels/cpu/exp_avx512_pd.h"
 
+#if !defined(__clang__)  // GCC only: clang has no such warning and warns of the name
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #define PS_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))

@@ -73,9 +73,12 @@ bool is_content_code_point(uint32_t cp) {
 }
 
 // The UTF-8 encodings of every content character, as byte-range sequences (utf8.h).
+// Never destroyed: a grammar cache's prewarm thread reads it and is still running when exit()
+// destroys the process's statics (nothing joins it there), and this one, built on first use,
+// would go before the served model that owns the cache.
 const std::vector<Utf8Sequence>& content_sequences() {
-  static const std::vector<Utf8Sequence> sequences =
-      utf8_sequences({{0x20, 0x21}, {0x23, 0x5b}, {0x5d, 0x7e}, {0x80, kMaxCodePoint}});
+  static const std::vector<Utf8Sequence>& sequences = *new std::vector<Utf8Sequence>(
+      utf8_sequences({{0x20, 0x21}, {0x23, 0x5b}, {0x5d, 0x7e}, {0x80, kMaxCodePoint}}));
   return sequences;
 }
 

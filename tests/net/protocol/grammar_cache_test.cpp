@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/net/protocol/protocol_fixtures.h"
@@ -90,6 +93,32 @@ TEST(GrammarCache, StopsAPrewarmUnderWayWhenDestroyed) {
     EXPECT_EQ(static_cast<bool>(mask[id >> 5] >> (id & 31) & 1), copy.accept_token(id))
         << "id " << id << " '" << bytes << "'";
   }
+}
+
+// exit() while a prewarm is under way: the process's statics are destroyed while the prewarm
+// thread still runs (nothing joins it), so what it reads must not be one of them. A JSON string
+// grammar's prewarm reads the table of string-content characters (token_mask.cpp) for each new
+// state; that table was a function-local static constructed after the served model's, so
+// destroyed first, and ASan saw the prewarm read it freed (the api_body fuzz harness, at its
+// exit). Under ASan a read of freed memory aborts the child: the exit code is then not 0.
+TEST(GrammarCacheDeathTest, ExitDuringAPrewarmReadsNothingFreed) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        model::grammar::PrewarmLimits long_search;
+        long_search.max_states = 1'000'000;
+        long_search.max_seconds = 600.0;
+        // Never destroyed, as a served model held in a static is not destroyed before exit's
+        // other statics: the prewarm is still running when they go.
+        auto* cache = new GrammarCache(smollm_tokenizer(), eos_of(smollm_tokenizer()), long_search);
+        cache->get(R"(
+root ::= value
+value ::= "[" (value ("," value)*)? "]" | "\"" [^"\\]* "\""
+)");
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
