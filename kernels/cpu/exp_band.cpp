@@ -62,6 +62,7 @@ ExpBandResult exp_band_portable(const ExpBandParams& p) {
     const double e = p.exact ? std::exp(static_cast<double>(s) - p.max_scaled)
                              : static_cast<double>(float_exp(s - p.max_scaled));
     r.total += e;
+    if (!p.exact) r.gap_weighted_mass += e * gap;
     bool in_band = false;
     for (int b = 0; b < p.num_bands; ++b) {
       if (gap < p.above[b]) r.mass_above[b] += e;
@@ -169,6 +170,7 @@ PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
   __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i step = _mm512_set1_epi32(16);
   __m512d total_lo = _mm512_setzero_pd(), total_hi = _mm512_setzero_pd();
+  __m512 minus_gap_mass = _mm512_setzero_ps();
   // Locals, not p's fields: the stores through the band pointers could alias p otherwise.
   int32_t* const band_ids = p.band_ids;
   float* const band_scaled = p.band_scaled;
@@ -187,6 +189,7 @@ PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
     widen_to_pd(e, &e_lo, &e_hi);
     total_lo = _mm512_add_pd(total_lo, e_lo);
     total_hi = _mm512_add_pd(total_hi, e_hi);
+    minus_gap_mass = _mm512_fmadd_ps(e, minus_gap, minus_gap_mass);
     __mmask16 in_band = 0;
     for (int b = 0; b < kBands; ++b) {
       const BandMasks masks = band_masks(m, minus_gap, minus_above[b], minus_below[b]);
@@ -207,6 +210,7 @@ PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
   }
   r.band_count = count;
   r.total = _mm512_reduce_add_pd(_mm512_add_pd(total_lo, total_hi));
+  r.gap_weighted_mass = -static_cast<double>(_mm512_reduce_add_ps(minus_gap_mass));
   for (int b = 0; b < kBands; ++b) {
     r.mass_above[b] = _mm512_reduce_add_pd(_mm512_add_pd(above_lo[b], above_hi[b]));
   }

@@ -85,6 +85,7 @@ struct Classified {
   std::vector<int32_t> ids;
   std::vector<float> scaled;
   double total = 0.0, total_bound = 0.0;
+  double gap_weighted = 0.0, max_gap = 0.0;
   std::array<double, kMaxBands> above{}, above_bound{};
 };
 
@@ -99,6 +100,8 @@ Classified classify(const std::vector<float>& x, const ExpBandParams& p) {
     const double bound = single_precision_exp_error(gap) * e;
     c.total += e;
     c.total_bound += bound;
+    c.gap_weighted += e * gap;
+    c.max_gap = std::max<double>(c.max_gap, gap);
     bool in_a_band = false;
     for (int b = 0; b < p.num_bands; ++b) {
       if (gap < p.above[b]) {
@@ -150,6 +153,12 @@ TEST(ExpBand, ClassifiesEveryElementAndSumsWithinTheFloatBound) {
               << where;
         }
         EXPECT_NEAR(got.total, want.total, want.total_bound + 1e-12 * want.total) << where;
+        // Its float lanes' sum within the documented bound, each term within its exp's.
+        const double lane_error = (static_cast<double>(n) / 16.0 + 8.0) * 0x1.0p-24;
+        EXPECT_NEAR(
+            got.gap_weighted_mass, want.gap_weighted,
+            (lane_error + single_precision_exp_error(want.max_gap)) * want.gap_weighted + 1e-30)
+            << where;
         for (int b = 0; b < bands; ++b) {
           EXPECT_NEAR(got.mass_above[b], want.above[b], want.above_bound[b] + 1e-12 * want.total)
               << where;

@@ -59,11 +59,12 @@ class Definition {
     const auto it = std::upper_bound(cumulative_.begin(), cumulative_.begin() + kept_, target);
     return sorted_[std::min<size_t>(it - cumulative_.begin(), kept_ - 1)].second;
   }
-  // A u just below the k-th boundary of the cumulative distribution: closer than the float
-  // masses can tell (the exact pass has to decide it), past the double roundings of both
-  // sums (~1e-16 per term, 128k terms).
-  double near_boundary(size_t k) const {
-    return (cumulative_[std::min(k, kept_ - 1)] - 1e-10) / cumulative_[kept_ - 1];
+  // A u `offset` from the k-th boundary of the cumulative distribution (below it when
+  // negative). Past the double roundings of both sums (~1e-16 per term, 128k terms) from 1e-10
+  // on; up to ~1e-6 closer than the float masses' error bound can tell, so the draw must be
+  // left to the exact pass whenever the float masses could be wrong.
+  double near_boundary(size_t k, double offset) const {
+    return std::max(0.0, (cumulative_[std::min(k, kept_ - 1)] + offset) / cumulative_[kept_ - 1]);
   }
   size_t size() const { return kept_; }
 
@@ -124,9 +125,16 @@ int check_draws(const std::vector<float>& row, float temperature, float top_p, s
   // (u within double rounding of 1 lands wherever rounding puts it, in both.)
   std::vector<double> us = {0.0, 1.0 - 1e-6};
   for (int i = 0; i < 60; ++i) us.push_back(uniform(rng));
-  // Boundaries: the exact pass decides them.
+  // Boundaries, at distances from far inside the float masses' error to past it: a draw the
+  // float masses decide there must be right too (a tolerance narrower than their true error
+  // fails here).
   for (size_t k : {size_t{0}, definition.size() / 3, definition.size() / 2}) {
-    us.push_back(definition.near_boundary(k));
+    for (double offset : {1e-10, 3e-8, 1e-7, 3e-7, 1e-6}) {
+      for (double sign : {-1.0, 1.0}) {
+        const double u = definition.near_boundary(k, sign * offset);
+        if (u < 1.0) us.push_back(u);  // (past the last kept token's boundary: no draw)
+      }
+    }
   }
   int decided = 0;
   for (double u : us) {
