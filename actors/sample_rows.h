@@ -26,9 +26,10 @@ void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<cons
 
 // One sequence's row: penalties, banned tokens and the grammar's mask on a copy, the draws with
 // their logprobs, top logprobs (beam search), reported logprobs (of the raw row). `grammar`:
-// the row's matcher state when constrained (advanced on the draw), else null.
+// the row's matcher state when constrained (advanced on the draw), else null. next_row: the
+// logits this thread reads next, or null (model::sample_tokens_logprob prefetches them).
 SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const float> raw_logits,
-                              GrammarRowState* grammar = nullptr);
+                              GrammarRowState* grammar = nullptr, const float* next_row = nullptr);
 
 // A row that verifies speculative proposals (ScheduledSequence::num_proposed_tokens = K > 0):
 // `logits` holds its K + 1 rows. Draws position 0, 1, ... in order as K + 1 single-token steps

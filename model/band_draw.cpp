@@ -321,7 +321,7 @@ int32_t decide(const Band& band, const Plan& plan, const kernels::ExpBandResult&
 }  // namespace
 
 std::optional<BandDraw> band_draw(std::span<const float> logits, float temperature, double u,
-                                  float top_p, float min_p) {
+                                  float top_p, float min_p, const float* next_row) {
   const int64_t n = static_cast<int64_t>(logits.size());
   const Filter filter{top_p, min_p};
   if (n == 0 || !(temperature > 0.0f) || !(top_p > 0.0f && top_p <= 1.0f) ||
@@ -370,6 +370,7 @@ std::optional<BandDraw> band_draw(std::span<const float> logits, float temperatu
   p.band_scaled = sc.band_scaled.data();
   p.band_exp = sc.band_exp.data();
   p.capacity = capacity;
+  p.prefetch = next_row;
   const kernels::ExpBandResult pass = kernels::exp_band(p);
   if (pass.overflow || !std::isfinite(pass.total) || !(pass.total > 0.0)) return std::nullopt;
 
@@ -383,6 +384,7 @@ std::optional<BandDraw> band_draw(std::span<const float> logits, float temperatu
     // Too close to call in float: the same bands with exact masses, the total and the masses
     // before the bands from a double pass (still no histogram), which always decides.
     p.exact = true;
+    p.prefetch = nullptr;  // requested already
     const kernels::ExpBandResult exact = kernels::exp_band(p);
     kernels::shifted_exp_f64(sc.band_scaled.data(), static_cast<int64_t>(count), max_scaled,
                              sc.band_mass.data());

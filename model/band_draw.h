@@ -33,7 +33,10 @@ struct BandDraw {
 
 // The sorted definition's draw at u (temperature > 0, no top-k, top_p in (0, 1] or min_p in
 // [0, 1), not both), or nullopt.
+// next_row: the row the caller samples next (as many elements), or null; its cache lines are
+// requested during this row's band pass (kernels::ExpBandParams::prefetch).
 std::optional<BandDraw> band_draw(std::span<const float> logits, float temperature, double u,
-                                  float top_p = 1.0f, float min_p = 0.0f);
+                                  float top_p = 1.0f, float min_p = 0.0f,
+                                  const float* next_row = nullptr);
 
 }  // namespace pagedserve::model::sampling

@@ -233,8 +233,8 @@ struct Draws {
 
 // One token per uniform in `us`, all from the same passes over the row (the cut does not
 // depend on the draw; only the walk does).
-Draws draw(std::span<const float> logits, const SamplingParams& params,
-           std::span<const double> us) {
+Draws draw(std::span<const float> logits, const SamplingParams& params, std::span<const double> us,
+           const float* next_row = nullptr) {
   const int64_t vocab = static_cast<int64_t>(logits.size());
   auto first_max = [&] {
     const int64_t argmax = kernels::row_argmax(logits.data(), vocab);
@@ -248,8 +248,8 @@ Draws draw(std::span<const float> logits, const SamplingParams& params,
   const bool band_drawn =
       (params.top_k <= 0 || params.top_k >= vocab) && !(params.top_p < 1.0f && params.min_p > 0.0f);
   if (band_drawn && us.size() == 1 && vocab >= kBandDrawMinVocab) {
-    if (std::optional<sampling::BandDraw> band =
-            sampling::band_draw(logits, params.temperature, us[0], params.top_p, params.min_p)) {
+    if (std::optional<sampling::BandDraw> band = sampling::band_draw(
+            logits, params.temperature, us[0], params.top_p, params.min_p, next_row)) {
       Draws out{{band->token}, kNaN, band->row_max};
       if (params.temperature == 1.0f) out.log_sum_exp = band->row_max + std::log(band->total);
       return out;
@@ -386,10 +386,11 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& params
 
 std::vector<TokenLogprob> sample_tokens_logprob(std::span<const float> logits,
                                                 const SamplingParams& params,
-                                                std::span<const uint64_t> seeds, uint64_t step) {
+                                                std::span<const uint64_t> seeds, uint64_t step,
+                                                const float* next_row) {
   std::vector<double> us;
   for (uint64_t seed : seeds) us.push_back(uniform_from_counter(seed, step));
-  const Draws d = draw(logits, params, us);
+  const Draws d = draw(logits, params, us, next_row);
   const double lse = std::isnan(d.log_sum_exp) ? log_sum_exp(logits, d.row_max) : d.log_sum_exp;
   std::vector<TokenLogprob> out;
   for (int32_t token : d.tokens) {

@@ -46,10 +46,13 @@ float token_logprob(std::span<const float> logits, int32_t token);
 TokenLogprob sample_token_logprob(std::span<const float> logits, const SamplingParams& params,
                                   uint64_t seed, uint64_t step);
 // The same for several seeds of one row (a prompt forking into best_of samples): the row's
-// passes, and its log-sum-exp, are made once for all of them.
+// passes, and its log-sum-exp, are made once for all of them. next_row: the row of as many
+// logits this thread samples next, or null; it is read into cache while this row's exps are
+// computed (a prefetch, nothing else: the draws do not depend on it).
 std::vector<TokenLogprob> sample_tokens_logprob(std::span<const float> logits,
                                                 const SamplingParams& params,
-                                                std::span<const uint64_t> seeds, uint64_t step);
+                                                std::span<const uint64_t> seeds, uint64_t step,
+                                                const float* next_row = nullptr);
 // The k most likely tokens, best first (ties: the lower id first); k is clamped to the vocab.
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k);
 

@@ -181,6 +181,9 @@ PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
   for (int64_t i = 0; i < p.n; i += 16, index = _mm512_add_epi32(index, step)) {
     const __mmask16 m = tail_mask16(p.n - i);
     const __m512 raw = _mm512_maskz_loadu_ps(m, p.logits + i);
+    if (p.prefetch != nullptr) {
+      _mm_prefetch(reinterpret_cast<const char*>(p.prefetch + i), _MM_HINT_T0);
+    }
     // x / 1 is x: temperature 1 (the OpenAI default) skips the division, bit for bit the same.
     const __m512 s = unit ? raw : _mm512_div_ps(raw, t);
     const __m512 minus_gap = _mm512_sub_ps(s, max_scaled);

@@ -52,6 +52,11 @@ struct ExpBandParams {
   float* band_scaled = nullptr;
   float* band_exp = nullptr;
   int64_t capacity = 0;
+  // The row the caller reads next (n floats), or null: a cache line of it is requested each
+  // vector, so that row's first pass finds it in cache, not in memory. The sampler's rows are
+  // written by the LM head's matmul, whose weights then stream through the caches: a row is
+  // read cold, and this pass, bound by its exps, has memory bandwidth to spare.
+  const float* prefetch = nullptr;
   // Sums of double exps instead, exp(double(s) - double(max_scaled)) as exp_histogram's exact
   // masses, and nothing collected (the band pointers may be null).
   bool exact = false;

@@ -251,11 +251,17 @@ TEST(BandDraw, TheSamplerDrawsTheDefinitionsTokenWithItsLogprob) {
     const float top = *std::max_element(row.begin(), row.end());
     for (float x : row) log_total += std::exp(static_cast<double>(x) - top);
     log_total = top + std::log(log_total);
+    // The row sampled next, prefetched during this one's pass: a hint that changes nothing.
+    const std::vector<float> next_row = make_row(32000, Shape::kFlat, rng);
     for (uint64_t step = 0; step < 200; ++step) {
-      const TokenLogprob got = sample_token_logprob(row, params, 42, step);
+      const uint64_t seed = 42;
+      const TokenLogprob got = sample_token_logprob(row, params, seed, step);
       ASSERT_EQ(got.token_id, definition.draw(uniform_from_counter(42, step))) << name(shape);
       const double want = static_cast<double>(row[static_cast<size_t>(got.token_id)]) - log_total;
       EXPECT_NEAR(got.logprob, want, 1e-5) << name(shape);
+      EXPECT_EQ(sample_tokens_logprob(row, params, std::span(&seed, 1), step, next_row.data())[0],
+                got)
+          << name(shape);
     }
   }
 }
