@@ -87,7 +87,7 @@ std::string cuda_kv_dtype_name(const EngineConfig& config, const model::ModelCon
   return config.kv_cache_dtype != "auto" ? config.kv_cache_dtype : weights;
 }
 
-std::unique_ptr<Executor> make_cuda_executor(model::LlamaWeights weights,
+std::unique_ptr<Executor> make_cuda_executor(const model::LlamaCheckpoint& checkpoint,
                                              const EngineConfig& config, int num_cpu_blocks) {
 #ifdef PAGEDSERVE_HAVE_CUDA
   CudaExecutorOptions options;
@@ -99,9 +99,9 @@ std::unique_ptr<Executor> make_cuda_executor(model::LlamaWeights weights,
   options.kv_cache_dtype = config.kv_cache_dtype;
   options.max_num_batched_tokens = config.max_num_batched_tokens;
   options.max_num_seqs = config.max_num_seqs;
-  return std::make_unique<CudaExecutor>(std::move(weights), options);
+  return std::make_unique<CudaExecutor>(checkpoint, options);
 #else
-  (void)weights;
+  (void)checkpoint;
   (void)config;
   (void)num_cpu_blocks;
   throw std::invalid_argument("--device cuda: this binary was built without CUDA");
@@ -232,7 +232,7 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
     draft_checkpoint = open_draft_model(config.speculative.draft_model);
     kv_share = target_kv_share(shape, draft_checkpoint->config);
   }
-  if (config.num_kv_blocks <= 0 && !cuda) {
+  if (config.num_kv_blocks <= 0 && (!cuda || config.kv_cache_memory_given)) {
     const int from_memory = cache::num_blocks_for_memory(
         shape, static_cast<int64_t>(static_cast<double>(config.kv_cache_memory_bytes) * kv_share));
     // More blocks than every sequence at full length could use is wasted memory.
@@ -243,8 +243,7 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
   const int num_cpu_blocks = cache::num_blocks_for_memory(
       shape, static_cast<int64_t>(static_cast<double>(config.swap_space_bytes) * kv_share));
   if (cuda) {
-    setup.executor =
-        make_cuda_executor(model::load_llama_weights(config.model_dir), config, num_cpu_blocks);
+    setup.executor = make_cuda_executor(checkpoint, config, num_cpu_blocks);
     config.num_kv_blocks = setup.executor->num_device_blocks();
   }
   // Today's models train for 32k-128k tokens; unless asked for, the context is what the pool
@@ -255,8 +254,8 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
   }
   cache::check_max_model_len_fits(shape, config.num_kv_blocks, config.max_model_len);
 
-  // Blocks are released for the CPU executor only: the CUDA one refuses windowed models so far
-  // (its attention reads from position 0), and it rejects a released (kNoBlock) table entry.
+  // Blocks are released for the CPU executor only: the CUDA one keeps a windowed sequence's
+  // blocks (its attention skips them) and rejects a released (kNoBlock) table entry.
   // Nor with a draft model, which may catch up over positions before the target's window.
   set_up_scheduler(setup, num_cpu_blocks, mc.eos_token_ids,
                    cuda || draft ? 0 : mc.max_window_of_all_layers());

@@ -25,6 +25,9 @@ struct EngineConfig {
   int block_size = 16;    // tokens per KV block
   int num_kv_blocks = 0;  // 0: derive from kv_cache_memory_bytes
   int64_t kv_cache_memory_bytes = int64_t{2} << 30;
+  // Whether kv_cache_memory_bytes was asked for (--kv-cache-memory): the CUDA executor then
+  // sizes its pool from it instead of from gpu_memory_utilization.
+  bool kv_cache_memory_given = false;
   int64_t swap_space_bytes = 0;
   int max_num_seqs = 256;
   int max_model_len = 0;  // 0: the model's max_position_embeddings
@@ -47,7 +50,7 @@ struct EngineConfig {
   std::string device = "cpu";
   std::filesystem::path sim_profile;
   // CUDA only. The KV pool takes what this share of the device's memory leaves after the
-  // weights and workspace (unless num_kv_blocks is set); kv_cache_memory_bytes is not used.
+  // weights and workspace (unless num_kv_blocks or kv_cache_memory_given is set).
   double gpu_memory_utilization = 0.9;
   std::string dtype = "auto";  // CUDA weights: auto (the model's), float32/16, bfloat16
   // KV cache: auto (= the weights'), float32, float16, bfloat16, or fp8 (CUDA only). On the CPU,

@@ -23,7 +23,8 @@ const char* const kEngineFlagsHelp =
     "                               .gguf (docs/models.md lists the families)\n"
     "  --block-size N               tokens per KV block (default 16)\n"
     "  --num-kv-blocks N            KV blocks in the pool (overrides --kv-cache-memory)\n"
-    "  --kv-cache-memory BYTES      KV pool size, e.g. 512M, 4G (default 2G)\n"
+    "  --kv-cache-memory BYTES      KV pool size, e.g. 512M, 4G (default 2G; CUDA: what\n"
+    "                               --gpu-memory-utilization leaves)\n"
     "  --swap-space BYTES           CPU swap pool size (default 0)\n"
     "  --max-num-seqs N             sequences per batch (default 256)\n"
     "  --max-model-len N            context limit (default: the model's, capped to what the KV\n"
@@ -79,6 +80,7 @@ actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
   config.block_size = static_cast<int>(flags.get_int("block-size", 16, 1, 256));
   config.num_kv_blocks = static_cast<int>(flags.get_int("num-kv-blocks", 0, 1, 1 << 30));
   config.kv_cache_memory_bytes = flags.get_bytes("kv-cache-memory", config.kv_cache_memory_bytes);
+  config.kv_cache_memory_given = flags.has("kv-cache-memory");
   config.swap_space_bytes = flags.get_bytes("swap-space", 0);
   config.max_num_seqs = static_cast<int>(flags.get_int("max-num-seqs", 256, 1, 1 << 20));
   config.max_model_len = static_cast<int>(flags.get_int("max-model-len", 0, 2, 1 << 24));

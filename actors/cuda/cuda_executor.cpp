@@ -19,6 +19,7 @@
 #include "actors/grammar_rows.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "model/llama_model.h"
+#include "model/rope_frequencies.h"
 
 namespace pagedserve::actors {
 namespace {
@@ -65,6 +66,11 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// The device pointer of an optional float32 tensor, null when the model has none.
+const float* optional_ptr(const DeviceBuffer& buffer) {
+  return buffer.bytes() > 0 ? buffer.get<float>() : nullptr;
+}
 
 // A grow-only pinned host allocation (the swap pool and the staging area for uploads).
 class PinnedBuffer {
@@ -185,10 +191,95 @@ cudaDataType_t cublas_type(DType dtype) {
   }
 }
 
+// One layer on the device. q/k/v and gate/up are stacked into one matrix each (one GEMM
+// each, as the CPU packs them); every optional tensor of a family is empty (0 bytes) when the
+// model has none.
 struct LayerWeights {
-  DeviceBuffer input_norm, post_norm;                 // float32
-  DeviceBuffer wq, wk, wv, wo, w_gate, w_up, w_down;  // weight dtype
+  DeviceBuffer input_norm, post_norm;                                    // float32
+  DeviceBuffer post_attention_norm, post_mlp_norm, q_norm, k_norm;       // float32, optional
+  DeviceBuffer qkv_bias, o_bias, gate_up_bias, down_bias;                // float32, optional
+  DeviceBuffer wqkv, wo, w_gate_up, w_down;                              // weight dtype
+  model::LayerConfig settings;  // window, RoPE on/off, which RoPE
 };
+
+// The same layer in float32 on the host, in the device's layout, from either weight source.
+struct HostLayer {
+  std::vector<float> input_norm, post_norm, post_attention_norm, post_mlp_norm, q_norm, k_norm;
+  std::vector<float> qkv_bias, o_bias, gate_up_bias, down_bias;
+  std::vector<float> wqkv, wo, w_gate_up, w_down;
+};
+
+std::vector<float> stacked(std::initializer_list<std::vector<float>*> parts) {
+  std::vector<float> out;
+  for (std::vector<float>* part : parts) {
+    out.insert(out.end(), part->begin(), part->end());
+    *part = {};
+  }
+  return out;
+}
+
+HostLayer host_layer(model::LlamaLayerWeights&& w) {
+  HostLayer h;
+  h.input_norm = std::move(w.input_norm);
+  h.post_norm = std::move(w.post_norm);
+  h.wqkv = stacked({&w.wq, &w.wk, &w.wv});
+  h.wo = std::move(w.wo);
+  h.w_gate_up = stacked({&w.w_gate, &w.w_up});
+  h.w_down = std::move(w.w_down);
+  return h;
+}
+
+// Optional tensors become empty vectors; norms get the family's weight offset (Gemma's 1 + w).
+std::vector<float> optional_f32(const model::TensorView* view, float offset = 0.0f) {
+  if (view == nullptr) return {};
+  std::vector<float> values = model::to_f32(*view);
+  if (offset != 0.0f) {
+    for (float& v : values) v += offset;
+  }
+  return values;
+}
+
+// Biases of stacked projections, concatenated; empty when any part is missing.
+std::vector<float> stacked_f32(std::initializer_list<const model::TensorView*> parts) {
+  std::vector<float> out;
+  for (const model::TensorView* part : parts) {
+    if (part == nullptr) return {};
+    const std::vector<float> values = model::to_f32(*part);
+    out.insert(out.end(), values.begin(), values.end());
+  }
+  return out;
+}
+
+HostLayer host_layer(const model::LlamaLayerTensors& t, float norm_offset) {
+  HostLayer h;
+  h.input_norm = optional_f32(t.input_norm, norm_offset);
+  h.post_norm = optional_f32(t.post_norm, norm_offset);
+  h.post_attention_norm = optional_f32(t.post_attention_norm, norm_offset);
+  h.post_mlp_norm = optional_f32(t.post_mlp_norm, norm_offset);
+  h.q_norm = optional_f32(t.q_norm, norm_offset);
+  h.k_norm = optional_f32(t.k_norm, norm_offset);
+  h.qkv_bias = stacked_f32({t.q_bias, t.k_bias, t.v_bias});
+  h.o_bias = optional_f32(t.o_bias);
+  h.gate_up_bias = stacked_f32({t.gate_bias, t.up_bias});
+  h.down_bias = optional_f32(t.down_bias);
+  h.wqkv = t.wqkv ? model::to_f32(*t.wqkv) : stacked_f32({t.wq, t.wk, t.wv});
+  h.wo = model::to_f32(*t.wo);
+  h.w_gate_up = t.w_gate_up ? model::to_f32(*t.w_gate_up) : stacked_f32({t.w_gate, t.w_up});
+  h.w_down = model::to_f32(*t.w_down);
+  return h;
+}
+
+model::LayerConfig layer_settings(const model::ModelConfig& c, size_t l) {
+  return l < c.layers.size() ? c.layers[l] : model::LayerConfig{};
+}
+
+// What the CUDA forward pass does not model (the CPU executor runs these).
+std::string cuda_unsupported_feature(const model::ModelConfig& c) {
+  if (c.rope_scaling.type == model::RopeScaling::Type::kLongRope) {
+    return "LongRoPE scaling (rope_scaling type longrope)";
+  }
+  return {};
+}
 
 }  // namespace
 
@@ -217,6 +308,9 @@ struct CudaExecutor::Impl {
 
   DeviceBuffer embed_tokens, lm_head, final_norm;
   std::vector<LayerWeights> layers;
+  // RoPE of the global and (Gemma 3) local layers: frequencies on the device, or plain theta.
+  kc::RopeArgs rope_global, rope_local;
+  DeviceBuffer rope_global_freq, rope_local_freq;
 
   // KV: [layer][key, value][num_blocks][block bytes]; swap pool: the same with num_cpu_blocks.
   int num_blocks = 0;
@@ -229,7 +323,7 @@ struct CudaExecutor::Impl {
   // Per-step workspace (grown on demand).
   int token_capacity = 0;
   int row_capacity = 0;
-  DeviceBuffer x, h, hw, q, k, v, attn, gate, up, selected, logits;
+  DeviceBuffer x, h, hw, qkv, q, k, v, attn, gate_up, act, proj, selected, logits;
   DeviceBuffer partial_out, partial_max, partial_sum;
   DeviceBuffer lse;
   DeviceBuffer argmax_tokens, greedy_logprobs;
@@ -251,6 +345,7 @@ struct CudaExecutor::Impl {
 
   void upload_weight(DeviceBuffer& dst, const std::vector<float>& src, DType dtype,
                      DeviceBuffer& staging) {
+    if (src.empty()) return;  // an optional tensor the model does not have
     dst.reserve(std::max<size_t>(src.size() * kc::dtype_size(dtype), 16));
     if (dtype == DType::kFloat32) {
       check_cuda(
@@ -284,12 +379,14 @@ struct CudaExecutor::Impl {
     x.reserve(t * hidden * 4);
     h.reserve(t * hidden * 4);
     hw.reserve(t * widest * kc::dtype_size(weight_dtype));
+    qkv.reserve(t * (q_width + 2 * kv_width) * 4);
     q.reserve(t * q_width * 4);
     k.reserve(t * kv_width * 4);
     v.reserve(t * kv_width * 4);
     attn.reserve(t * q_width * 4);
-    gate.reserve(t * ffn * 4);
-    up.reserve(t * ffn * 4);
+    gate_up.reserve(t * 2 * ffn * 4);
+    act.reserve(t * ffn * 4);
+    proj.reserve(t * hidden * 4);
     selected.reserve(r * hidden * 4);
     logits.reserve(r * config.vocab_size * 4);
     lse.reserve(r * sizeof(double));
@@ -341,28 +438,42 @@ struct CudaExecutor::Impl {
     return hw.get();
   }
 
+  void start(const model::ModelConfig& model_config, const CudaExecutorOptions& opts);
+  void upload_layer(size_t l, HostLayer&& w, DeviceBuffer& staging);
+  void finish_set_up();
   void apply_block_copies(const StepInput& input);
   void forward(const model::ForwardBatch& batch);
+  void attention_block(const LayerWeights& w, kc::AttentionParams& attention,
+                       const int32_t* positions, const int64_t* slots, int num_tokens, int layer);
+  void mlp_block(const LayerWeights& w, int num_tokens);
+  // x += out, where out is a projection's output (bias, post-norm if the family has them).
+  void add_projection(const void* in, const DeviceBuffer& weight, const DeviceBuffer& bias,
+                      const DeviceBuffer& post_norm, int num_tokens, int in_width);
   StepOutput sample(const StepInput& input, int num_rows);
 };
 
-CudaExecutor::CudaExecutor(model::LlamaWeights weights, const CudaExecutorOptions& options)
-    : impl_(std::make_unique<Impl>()) {
-  Impl& s = *impl_;
-  s.config = weights.config;
-  s.options = options;
-  const model::ModelConfig& c = s.config;
+// Checks the options, opens the device, its streams and cuBLAS, and puts the RoPE
+// frequencies on the device: everything before the weights.
+void CudaExecutor::Impl::start(const model::ModelConfig& model_config,
+                               const CudaExecutorOptions& opts) {
+  config = model_config;
+  options = opts;
+  const model::ModelConfig& c = config;
   if (options.block_size < 1) throw std::invalid_argument("block size must be positive");
   if (!(options.gpu_memory_utilization > 0.0 && options.gpu_memory_utilization <= 1.0)) {
     throw std::invalid_argument("--gpu-memory-utilization must be in (0, 1], got " +
                                 std::to_string(options.gpu_memory_utilization));
   }
-  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim > 128) {
+  if (c.head_dim > 128) {
     throw std::invalid_argument("the CUDA attention kernels support head_dim up to 128, got " +
-                                std::to_string(c.head_dim));
+                                std::to_string(c.head_dim) + "; use --device cpu");
   }
-  s.weight_dtype = parse_weight_dtype(options.weight_dtype, c.torch_dtype);
-  s.kv_dtype = parse_kv_dtype(options.kv_cache_dtype, s.weight_dtype);
+  if (const std::string feature = cuda_unsupported_feature(c); !feature.empty()) {
+    throw std::invalid_argument(feature +
+                                " is not supported by the CUDA executor; use --device cpu");
+  }
+  weight_dtype = parse_weight_dtype(options.weight_dtype, c.torch_dtype);
+  kv_dtype = parse_kv_dtype(options.kv_cache_dtype, weight_dtype);
 
   const int devices = cuda_device_count();
   if (devices == 0) {
@@ -375,45 +486,95 @@ CudaExecutor::CudaExecutor(model::LlamaWeights weights, const CudaExecutorOption
   check_cuda(cudaSetDevice(options.device), "cudaSetDevice");
   cudaDeviceProp prop{};
   check_cuda(cudaGetDeviceProperties(&prop, options.device), "cudaGetDeviceProperties");
-  s.device_name = prop.name;
-  s.num_sms = prop.multiProcessorCount;
-  check_cuda(cudaStreamCreateWithFlags(&s.compute, cudaStreamNonBlocking), "cudaStreamCreate");
-  check_cuda(cudaStreamCreateWithFlags(&s.copy, cudaStreamNonBlocking), "cudaStreamCreate");
-  check_cuda(cudaEventCreateWithFlags(&s.compute_done, cudaEventDisableTiming), "cudaEventCreate");
-  check_cuda(cudaEventCreateWithFlags(&s.copy_done, cudaEventDisableTiming), "cudaEventCreate");
-  check_cublas(cublasCreate(&s.cublas), "cublasCreate");
-  check_cublas(cublasSetStream(s.cublas, s.compute), "cublasSetStream");
+  device_name = prop.name;
+  num_sms = prop.multiProcessorCount;
+  check_cuda(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(cudaEventCreateWithFlags(&compute_done, cudaEventDisableTiming), "cudaEventCreate");
+  check_cuda(cudaEventCreateWithFlags(&copy_done, cudaEventDisableTiming), "cudaEventCreate");
+  check_cublas(cublasCreate(&cublas), "cublasCreate");
+  check_cublas(cublasSetStream(cublas, compute), "cublasSetStream");
 
-  // Weights: converted at load to the weight dtype (norms stay float32).
-  {
-    DeviceBuffer staging;
-    staging.reserve(size_t{64} << 20);
-    s.upload_weight(s.embed_tokens, weights.embed_tokens, s.weight_dtype, staging);
-    weights.embed_tokens.clear();
-    weights.embed_tokens.shrink_to_fit();
-    if (!weights.lm_head.empty()) {
-      s.upload_weight(s.lm_head, weights.lm_head, s.weight_dtype, staging);
-      weights.lm_head = {};
-    }
-    s.upload_weight(s.final_norm, weights.final_norm, DType::kFloat32, staging);
-    s.layers = std::vector<LayerWeights>(weights.layers.size());
-    for (size_t l = 0; l < weights.layers.size(); ++l) {
-      model::LlamaLayerWeights& w = weights.layers[l];
-      LayerWeights& d = s.layers[l];
-      s.upload_weight(d.input_norm, w.input_norm, DType::kFloat32, staging);
-      s.upload_weight(d.post_norm, w.post_norm, DType::kFloat32, staging);
-      s.upload_weight(d.wq, w.wq, s.weight_dtype, staging);
-      s.upload_weight(d.wk, w.wk, s.weight_dtype, staging);
-      s.upload_weight(d.wv, w.wv, s.weight_dtype, staging);
-      s.upload_weight(d.wo, w.wo, s.weight_dtype, staging);
-      s.upload_weight(d.w_gate, w.w_gate, s.weight_dtype, staging);
-      s.upload_weight(d.w_up, w.w_up, s.weight_dtype, staging);
-      s.upload_weight(d.w_down, w.w_down, s.weight_dtype, staging);
-      w = {};  // the host copy is no longer needed
-    }
+  // The CPU's frequencies: plain ones from theta in double on the device, others as computed
+  // on the host (rope_frequencies) and uploaded.
+  auto set_rope = [&](bool local, kc::RopeArgs& args, DeviceBuffer& freq) {
+    const model::RopeFrequencies f = model::rope_frequencies(c, local);
+    args.rotary_dim = c.rope_dims();
+    args.theta = c.rope_theta;
+    args.attention_factor = f.attention_factor;
+    if (f.plain) return;
+    freq.reserve(f.inv_freq.size() * sizeof(float));
+    check_cuda(cudaMemcpy(freq.get(), f.inv_freq.data(), f.inv_freq.size() * sizeof(float),
+                          cudaMemcpyHostToDevice),
+               "cudaMemcpy (RoPE frequencies)");
+    args.inv_freq = freq.get<float>();
+  };
+  set_rope(false, rope_global, rope_global_freq);
+  set_rope(true, rope_local, rope_local_freq);
+}
+
+void CudaExecutor::Impl::upload_layer(size_t l, HostLayer&& w, DeviceBuffer& staging) {
+  LayerWeights& d = layers.at(l);
+  d.settings = layer_settings(config, l);
+  using Upload = std::pair<DeviceBuffer*, std::vector<float>*>;
+  const Upload float32_tensors[] = {
+      {&d.input_norm, &w.input_norm},     {&d.post_norm, &w.post_norm},
+      {&d.post_attention_norm, &w.post_attention_norm},
+      {&d.post_mlp_norm, &w.post_mlp_norm}, {&d.q_norm, &w.q_norm},
+      {&d.k_norm, &w.k_norm},             {&d.qkv_bias, &w.qkv_bias},
+      {&d.o_bias, &w.o_bias},             {&d.gate_up_bias, &w.gate_up_bias},
+      {&d.down_bias, &w.down_bias}};
+  for (const auto& [dst, src] : float32_tensors) upload_weight(*dst, *src, DType::kFloat32, staging);
+  const Upload matrices[] = {
+      {&d.wqkv, &w.wqkv}, {&d.wo, &w.wo}, {&d.w_gate_up, &w.w_gate_up}, {&d.w_down, &w.w_down}};
+  for (const auto& [dst, src] : matrices) {
+    upload_weight(*dst, *src, weight_dtype, staging);
+    *src = {};  // the host copy is no longer needed
   }
+}
 
-  // Workspace for the largest step the scheduler may send, then the KV pool from what is left.
+CudaExecutor::CudaExecutor(model::LlamaWeights weights, const CudaExecutorOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.start(weights.config, options);
+  DeviceBuffer staging;
+  staging.reserve(size_t{64} << 20);
+  s.upload_weight(s.embed_tokens, weights.embed_tokens, s.weight_dtype, staging);
+  weights.embed_tokens = {};
+  s.upload_weight(s.lm_head, weights.lm_head, s.weight_dtype, staging);
+  weights.lm_head = {};
+  s.upload_weight(s.final_norm, weights.final_norm, DType::kFloat32, staging);
+  s.layers = std::vector<LayerWeights>(weights.layers.size());
+  for (size_t l = 0; l < weights.layers.size(); ++l) {
+    s.upload_layer(l, host_layer(std::move(weights.layers[l])), staging);
+  }
+  s.finish_set_up();
+}
+
+CudaExecutor::CudaExecutor(const model::LlamaCheckpoint& checkpoint,
+                           const CudaExecutorOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.start(checkpoint.config, options);
+  const float offset = s.config.norm_weight_offset;
+  DeviceBuffer staging;
+  staging.reserve(size_t{64} << 20);
+  s.upload_weight(s.embed_tokens, model::to_f32(*checkpoint.embed_tokens), s.weight_dtype,
+                  staging);
+  s.upload_weight(s.lm_head, optional_f32(checkpoint.lm_head), s.weight_dtype, staging);
+  s.upload_weight(s.final_norm, optional_f32(checkpoint.final_norm, offset), DType::kFloat32,
+                  staging);
+  s.layers = std::vector<LayerWeights>(checkpoint.layers.size());
+  for (size_t l = 0; l < checkpoint.layers.size(); ++l) {
+    s.upload_layer(l, host_layer(checkpoint.layers[l], offset), staging);
+  }
+  s.finish_set_up();
+}
+
+// Workspace for the largest step the scheduler may send, then the KV pool from what is left.
+void CudaExecutor::Impl::finish_set_up() {
+  Impl& s = *this;
+  const model::ModelConfig& c = config;
   s.reserve_workspace(options.max_num_batched_tokens,
                       std::min(options.max_num_seqs, options.max_num_batched_tokens));
   s.reserve_sort(1);
@@ -534,9 +695,6 @@ void CudaExecutor::Impl::forward(const model::ForwardBatch& batch) {
   const int num_tokens = batch.num_tokens();
   const int hidden = c.hidden_size;
   const int head_dim = c.head_dim;
-  const int q_width = c.num_attention_heads * head_dim;
-  const int kv_width = c.num_key_value_heads * head_dim;
-  const int ffn = c.intermediate_size;
   const int num_out = static_cast<int>(batch.logits_indices.size());
   reserve_workspace(std::max(num_tokens, token_capacity), std::max(num_out, row_capacity));
 
@@ -586,20 +744,18 @@ void CudaExecutor::Impl::forward(const model::ForwardBatch& batch) {
 
   float* xf = x.get<float>();
   float* hf = h.get<float>();
-  float* qf = q.get<float>();
-  float* kf = k.get<float>();
-  float* vf = v.get<float>();
-  float* af = attn.get<float>();
-  float* gf = gate.get<float>();
-  float* uf = up.get<float>();
 
   check_cuda(kc::embedding(reinterpret_cast<const int32_t*>(at(off_ids)), embed_tokens.get(),
                            weight_dtype, xf, num_tokens, hidden, compute),
              "embedding");
+  if (c.embedding_multiplier != 1.0f) {
+    check_cuda(kc::scale(xf, int64_t{num_tokens} * hidden, c.embedding_multiplier, compute),
+               "scale (embedding)");
+  }
 
   kc::AttentionParams attention;
-  attention.query = qf;
-  attention.out = af;
+  attention.query = q.get<float>();
+  attention.out = attn.get<float>();
   attention.query_start_loc = reinterpret_cast<const int32_t*>(at(off_qsl));
   attention.seq_lens = reinterpret_cast<const int32_t*>(at(off_lens));
   attention.block_tables = reinterpret_cast<const int32_t*>(at(off_tables));
@@ -609,7 +765,8 @@ void CudaExecutor::Impl::forward(const model::ForwardBatch& batch) {
   attention.num_seqs = batch.num_seqs();
   attention.max_blocks_per_seq = batch.max_blocks_per_seq;
   attention.num_heads = c.num_attention_heads;
-  attention.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  attention.scale = c.softmax_scale();
+  attention.logit_softcap = c.attn_logit_softcap;
   attention.max_seq_len = max_seq_len;
   attention.partition_size = partition_size;
   attention.partial_out = partial_out.get<float>();
@@ -623,28 +780,11 @@ void CudaExecutor::Impl::forward(const model::ForwardBatch& batch) {
     check_cuda(kc::rms_norm(xf, w.input_norm.get<float>(), hf, num_tokens, hidden, c.rms_norm_eps,
                             compute),
                "rms_norm");
-    const void* hin = gemm_input(hf, int64_t{num_tokens} * hidden);
-    gemm(hin, w.wq.get(), qf, num_tokens, q_width, hidden, false);
-    gemm(hin, w.wk.get(), kf, num_tokens, kv_width, hidden, false);
-    gemm(hin, w.wv.get(), vf, num_tokens, kv_width, hidden, false);
-    check_cuda(kc::rope_rotate_half(qf, kf, positions, num_tokens, c.num_attention_heads,
-                                    c.num_key_value_heads, head_dim, c.rope_theta, compute),
-               "rope_rotate_half");
-    attention.cache = layer_cache(l);
-    check_cuda(kc::write_kv(kf, vf, slots, num_tokens, attention.cache, compute), "write_kv");
-    check_cuda(kc::paged_attention(attention, compute), "paged_attention");
-    gemm(gemm_input(af, int64_t{num_tokens} * q_width), w.wo.get(), xf, num_tokens, hidden, q_width,
-         true);
-
+    attention_block(w, attention, positions, slots, num_tokens, l);
     check_cuda(
         kc::rms_norm(xf, w.post_norm.get<float>(), hf, num_tokens, hidden, c.rms_norm_eps, compute),
         "rms_norm");
-    const void* hin2 = gemm_input(hf, int64_t{num_tokens} * hidden);
-    gemm(hin2, w.w_gate.get(), gf, num_tokens, ffn, hidden, false);
-    gemm(hin2, w.w_up.get(), uf, num_tokens, ffn, hidden, false);
-    check_cuda(kc::silu_and_mul(gf, uf, gf, int64_t{num_tokens} * ffn, compute), "silu_and_mul");
-    gemm(gemm_input(gf, int64_t{num_tokens} * ffn), w.w_down.get(), xf, num_tokens, hidden, ffn,
-         true);
+    mlp_block(w, num_tokens);
   }
 
   if (num_out == 0) return;
@@ -658,6 +798,97 @@ void CudaExecutor::Impl::forward(const model::ForwardBatch& batch) {
   const void* head = lm_head.bytes() > 0 ? lm_head.get() : embed_tokens.get();
   gemm(gemm_input(sel, int64_t{num_out} * hidden), head, logits.get<float>(), num_out, c.vocab_size,
        hidden, false);
+  if (c.final_logit_softcap > 0.0f) {
+    check_cuda(kc::soft_cap(logits.get<float>(), int64_t{num_out} * c.vocab_size,
+                            c.final_logit_softcap, compute),
+               "soft_cap (logits)");
+  }
+}
+
+// q/k/v in one GEMM (split with the bias added), the family's q/k norms and RoPE, the cache
+// write, attention, and the output projection added to the residual.
+void CudaExecutor::Impl::attention_block(const LayerWeights& w, kc::AttentionParams& attention,
+                                         const int32_t* positions, const int64_t* slots,
+                                         int num_tokens, int layer) {
+  const model::ModelConfig& c = config;
+  const int hidden = c.hidden_size;
+  const int head_dim = c.head_dim;
+  const int q_width = c.num_attention_heads * head_dim;
+  const int kv_width = c.num_key_value_heads * head_dim;
+  float* qf = q.get<float>();
+  float* kf = k.get<float>();
+  gemm(gemm_input(h.get<float>(), int64_t{num_tokens} * hidden), w.wqkv.get(), qkv.get<float>(),
+       num_tokens, q_width + 2 * kv_width, hidden, false);
+  check_cuda(kc::split_qkv(qkv.get<float>(), optional_ptr(w.qkv_bias), qf, kf, v.get<float>(),
+                           num_tokens, q_width, kv_width, compute),
+             "split_qkv");
+  if (w.q_norm.bytes() > 0) {
+    // Per head: rows of head_dim.
+    check_cuda(kc::rms_norm(qf, w.q_norm.get<float>(), qf, num_tokens * c.num_attention_heads,
+                            head_dim, c.rms_norm_eps, compute),
+               "rms_norm (q)");
+    check_cuda(kc::rms_norm(kf, w.k_norm.get<float>(), kf, num_tokens * c.num_key_value_heads,
+                            head_dim, c.rms_norm_eps, compute),
+               "rms_norm (k)");
+  }
+  if (w.settings.use_rope) {
+    check_cuda(kc::rope_rotate_half_partial(qf, kf, positions, num_tokens, c.num_attention_heads,
+                                            c.num_key_value_heads, head_dim,
+                                            w.settings.local_rope ? rope_local : rope_global,
+                                            compute),
+               "rope_rotate_half_partial");
+  }
+  attention.cache = layer_cache(layer);
+  attention.sliding_window = w.settings.sliding_window;
+  check_cuda(kc::write_kv(kf, v.get<float>(), slots, num_tokens, attention.cache, compute),
+             "write_kv");
+  check_cuda(kc::paged_attention(attention, compute), "paged_attention");
+  add_projection(gemm_input(attn.get<float>(), int64_t{num_tokens} * q_width), w.wo, w.o_bias,
+                 w.post_attention_norm, num_tokens, q_width);
+}
+
+// gate and up in one GEMM, the gated activation (bias included), and the down projection
+// added to the residual.
+void CudaExecutor::Impl::mlp_block(const LayerWeights& w, int num_tokens) {
+  const model::ModelConfig& c = config;
+  const int hidden = c.hidden_size;
+  const int ffn = c.intermediate_size;
+  gemm(gemm_input(h.get<float>(), int64_t{num_tokens} * hidden), w.w_gate_up.get(),
+       gate_up.get<float>(), num_tokens, 2 * ffn, hidden, false);
+  const kc::GatedActivation activation = c.activation == model::Activation::kGeluTanh
+                                             ? kc::GatedActivation::kGeluTanh
+                                             : kc::GatedActivation::kSilu;
+  check_cuda(kc::gated_activation(gate_up.get<float>(), optional_ptr(w.gate_up_bias), act.get<float>(),
+                                  num_tokens, ffn, activation, compute),
+             "gated_activation");
+  add_projection(gemm_input(act.get<float>(), int64_t{num_tokens} * ffn), w.w_down, w.down_bias,
+                 w.post_mlp_norm, num_tokens, ffn);
+}
+
+void CudaExecutor::Impl::add_projection(const void* in, const DeviceBuffer& weight,
+                                        const DeviceBuffer& bias, const DeviceBuffer& post_norm,
+                                        int num_tokens, int in_width) {
+  const model::ModelConfig& c = config;
+  const int hidden = c.hidden_size;
+  float* xf = x.get<float>();
+  if (post_norm.bytes() == 0) {
+    // The residual add folded into the GEMM (beta = 1), then the bias.
+    gemm(in, weight.get(), xf, num_tokens, hidden, in_width, true);
+    if (bias.bytes() > 0) {
+      check_cuda(kc::add_bias(xf, bias.get<float>(), num_tokens, hidden, compute), "add_bias");
+    }
+    return;
+  }
+  // Gemma's sandwich norm: the projection is normalised before it joins the residual.
+  float* pf = proj.get<float>();
+  gemm(in, weight.get(), pf, num_tokens, hidden, in_width, false);
+  if (bias.bytes() > 0) {
+    check_cuda(kc::add_bias(pf, bias.get<float>(), num_tokens, hidden, compute), "add_bias");
+  }
+  check_cuda(kc::rms_norm(pf, post_norm.get<float>(), pf, num_tokens, hidden, c.rms_norm_eps,
+                          compute),
+             "rms_norm (post)");
+  check_cuda(kc::add(xf, pf, int64_t{num_tokens} * hidden, compute), "add (residual)");
 }
 
 StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {

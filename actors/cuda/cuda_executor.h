@@ -40,7 +40,12 @@ class CudaExecutor final : public Executor {
  public:
   // Throws std::runtime_error naming the CUDA or cuBLAS failure (no device, out of memory) and
   // std::invalid_argument for bad options.
+  // From float32 Llama weights (tests and benchmarks build these in memory).
   CudaExecutor(model::LlamaWeights weights, const CudaExecutorOptions& options);
+  // From an opened checkpoint of any supported family (Hugging Face or GGUF; quantized GGUF
+  // tensors are dequantized to the weight dtype). Refuses what the CUDA forward does not model
+  // (LongRoPE, head_dim over 128) with std::invalid_argument naming it.
+  CudaExecutor(const model::LlamaCheckpoint& checkpoint, const CudaExecutorOptions& options);
   ~CudaExecutor() override;
   CudaExecutor(const CudaExecutor&) = delete;
   CudaExecutor& operator=(const CudaExecutor&) = delete;

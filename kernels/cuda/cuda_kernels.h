@@ -28,6 +28,37 @@ cudaError_t rms_norm(const float* x, const float* weight, float* out, int num_ro
 cudaError_t rope_rotate_half(float* q, float* k, const int32_t* positions, int num_tokens,
                              int num_heads, int num_kv_heads, int head_dim, float theta,
                              cudaStream_t stream);
+// The rotary embedding of any family (kernels::rope_cos_sin_inv_freq followed by
+// kernels::rope_rotate_half_partial): the first rotary_dim dimensions of each head rotate by
+// position * inv_freq[i] (angles in double), cos and sin times attention_factor. inv_freq
+// ([rotary_dim / 2], device) null means theta^(-2i / rotary_dim), the plain Llama frequencies.
+struct RopeArgs {
+  int rotary_dim = 0;
+  const float* inv_freq = nullptr;
+  float theta = 10000.0f;
+  float attention_factor = 1.0f;
+};
+cudaError_t rope_rotate_half_partial(float* q, float* k, const int32_t* positions, int num_tokens,
+                                     int num_heads, int num_kv_heads, int head_dim,
+                                     const RopeArgs& rope, cudaStream_t stream);
+// The fused q/k/v projection [num_tokens, q_width + 2 kv_width] (plus `bias`, same width, when
+// not null) split into q [num_tokens, q_width], k and v [num_tokens, kv_width].
+cudaError_t split_qkv(const float* qkv, const float* bias, float* q, float* k, float* v,
+                      int num_tokens, int q_width, int kv_width, cudaStream_t stream);
+// The gated MLP's activation over the fused gate/up projection: gate_up[t] = [gate | up], each
+// `ffn` wide, plus `bias` ([2 ffn]) when not null; out[t, i] = act(gate) * up with act silu
+// (SwiGLU) or gelu_tanh (GeGLU: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))).
+enum class GatedActivation { kSilu, kGeluTanh };
+cudaError_t gated_activation(const float* gate_up, const float* bias, float* out, int num_tokens,
+                             int ffn, GatedActivation activation, cudaStream_t stream);
+// x[r, :] += bias[:] for r < num_rows.
+cudaError_t add_bias(float* x, const float* bias, int num_rows, int width, cudaStream_t stream);
+// x[i] += y[i].
+cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t stream);
+// x[i] *= factor.
+cudaError_t scale(float* x, int64_t n, float factor, cudaStream_t stream);
+// x[i] = cap * tanh(x[i] / cap) (Gemma 2's final logit soft-capping), cap > 0.
+cudaError_t soft_cap(float* x, int64_t n, float cap, cudaStream_t stream);
 // out[i] = silu(gate[i]) * up[i]; out may alias gate or up.
 cudaError_t silu_and_mul(const float* gate, const float* up, float* out, int64_t n,
                          cudaStream_t stream);
@@ -116,7 +147,7 @@ struct AttentionParams {
   float* partial_sum = nullptr;
 };
 int attention_num_partitions(int max_seq_len, int partition_size);
-// head_dim 64 and 128 have specialised kernels; any other head_dim up to 256 runs a generic one.
+// head_dim 64 and 128 have specialised kernels; any other head_dim up to 128 runs a generic one.
 cudaError_t paged_attention(const AttentionParams& params, cudaStream_t stream);
 
 // ---- sampling (kernels/cuda/sampling.cu) ----

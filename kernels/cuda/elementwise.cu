@@ -39,10 +39,10 @@ __global__ void rms_norm_kernel(const float* x, const float* weight, float* out,
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) out_row[i] = row[i] * inv_rms * weight[i];
 }
 
-// One thread per (token, head, pair i < head_dim / 2): rotates (x[i], x[i + half]).
+// One thread per (token, head, pair i < rotary_dim / 2): rotates (x[i], x[i + half]).
 __global__ void rope_kernel(float* q, float* k, const int32_t* positions, int num_tokens,
-                            int num_heads, int num_kv_heads, int head_dim, float theta) {
-  const int half = head_dim / 2;
+                            int num_heads, int num_kv_heads, int head_dim, RopeArgs rope) {
+  const int half = rope.rotary_dim / 2;
   const int64_t heads = num_heads + num_kv_heads;
   const int64_t total = static_cast<int64_t>(num_tokens) * heads * half;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
@@ -53,15 +53,87 @@ __global__ void rope_kernel(float* q, float* k, const int32_t* positions, int nu
     const int64_t token = th / heads;
     float* x = head < num_heads ? q + (token * num_heads + head) * head_dim
                                 : k + (token * num_kv_heads + (head - num_heads)) * head_dim;
-    // Same expression as the CPU twin: theta^(-2i/head_dim), angle in double for long contexts.
-    const double inv_freq = pow(static_cast<double>(theta), -2.0 * i / head_dim);
+    // Same expressions as the CPU twins: theta^(-2i/rotary_dim) or the given frequencies, the
+    // angle in double for long contexts, the attention factor before the rounding to float.
+    const double inv_freq =
+        rope.inv_freq != nullptr ? static_cast<double>(rope.inv_freq[i])
+                                 : pow(static_cast<double>(rope.theta), -2.0 * i / rope.rotary_dim);
     const double angle = static_cast<double>(positions[token]) * inv_freq;
-    const float c = static_cast<float>(cos(angle));
-    const float s = static_cast<float>(sin(angle));
+    const float c = static_cast<float>(cos(angle) * rope.attention_factor);
+    const float s = static_cast<float>(sin(angle) * rope.attention_factor);
     const float x0 = x[i];
     const float x1 = x[i + half];
     x[i] = x0 * c - x1 * s;
     x[i + half] = x1 * c + x0 * s;
+  }
+}
+
+__global__ void split_qkv_kernel(const float* qkv, const float* bias, float* q, float* k,
+                                 float* v, int num_tokens, int q_width, int kv_width) {
+  const int width = q_width + 2 * kv_width;
+  const int64_t total = static_cast<int64_t>(num_tokens) * width;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int col = static_cast<int>(idx % width);
+    const int64_t token = idx / width;
+    const float value = qkv[idx] + (bias != nullptr ? bias[col] : 0.0f);
+    if (col < q_width) {
+      q[token * q_width + col] = value;
+    } else if (col < q_width + kv_width) {
+      k[token * kv_width + (col - q_width)] = value;
+    } else {
+      v[token * kv_width + (col - q_width - kv_width)] = value;
+    }
+  }
+}
+
+__global__ void gated_activation_kernel(const float* gate_up, const float* bias, float* out,
+                                        int num_tokens, int ffn, GatedActivation activation) {
+  const int64_t total = static_cast<int64_t>(num_tokens) * ffn;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int i = static_cast<int>(idx % ffn);
+    const int64_t token = idx / ffn;
+    const float* row = gate_up + token * 2 * ffn;
+    const float g = row[i] + (bias != nullptr ? bias[i] : 0.0f);
+    const float u = row[ffn + i] + (bias != nullptr ? bias[ffn + i] : 0.0f);
+    float a;
+    if (activation == GatedActivation::kGeluTanh) {
+      constexpr float kSqrt2OverPi = 0.7978845608028654f;
+      a = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
+    } else {
+      a = g / (1.0f + expf(-g));
+    }
+    out[idx] = a * u;
+  }
+}
+
+__global__ void add_bias_kernel(float* x, const float* bias, int64_t total, int width) {
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[idx] += bias[idx % width];
+  }
+}
+
+__global__ void add_kernel(float* x, const float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] += y[i];
+  }
+}
+
+__global__ void scale_kernel(float* x, int64_t n, float factor) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] *= factor;
+  }
+}
+
+__global__ void soft_cap_kernel(float* x, int64_t n, float cap) {
+  const float inv_cap = 1.0f / cap;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] = cap * tanhf(x[i] * inv_cap);
   }
 }
 
@@ -111,11 +183,68 @@ cudaError_t rms_norm(const float* x, const float* weight, float* out, int num_ro
 cudaError_t rope_rotate_half(float* q, float* k, const int32_t* positions, int num_tokens,
                              int num_heads, int num_kv_heads, int head_dim, float theta,
                              cudaStream_t stream) {
+  RopeArgs rope;
+  rope.rotary_dim = head_dim;
+  rope.theta = theta;
+  return rope_rotate_half_partial(q, k, positions, num_tokens, num_heads, num_kv_heads, head_dim,
+                                  rope, stream);
+}
+
+cudaError_t rope_rotate_half_partial(float* q, float* k, const int32_t* positions, int num_tokens,
+                                     int num_heads, int num_kv_heads, int head_dim,
+                                     const RopeArgs& rope, cudaStream_t stream) {
+  if (rope.rotary_dim <= 0 || rope.rotary_dim % 2 != 0 || rope.rotary_dim > head_dim) {
+    return cudaErrorInvalidValue;
+  }
   const int64_t total =
-      static_cast<int64_t>(num_tokens) * (num_heads + num_kv_heads) * (head_dim / 2);
+      static_cast<int64_t>(num_tokens) * (num_heads + num_kv_heads) * (rope.rotary_dim / 2);
   if (total == 0) return cudaSuccess;
   rope_kernel<<<grid_for(total, 256), 256, 0, stream>>>(q, k, positions, num_tokens, num_heads,
-                                                        num_kv_heads, head_dim, theta);
+                                                        num_kv_heads, head_dim, rope);
+  return cudaGetLastError();
+}
+
+cudaError_t split_qkv(const float* qkv, const float* bias, float* q, float* k, float* v,
+                      int num_tokens, int q_width, int kv_width, cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(num_tokens) * (q_width + 2 * kv_width);
+  if (total == 0) return cudaSuccess;
+  split_qkv_kernel<<<grid_for(total, 256), 256, 0, stream>>>(qkv, bias, q, k, v, num_tokens,
+                                                             q_width, kv_width);
+  return cudaGetLastError();
+}
+
+cudaError_t gated_activation(const float* gate_up, const float* bias, float* out, int num_tokens,
+                             int ffn, GatedActivation activation, cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(num_tokens) * ffn;
+  if (total == 0) return cudaSuccess;
+  gated_activation_kernel<<<grid_for(total, 256), 256, 0, stream>>>(gate_up, bias, out,
+                                                                    num_tokens, ffn, activation);
+  return cudaGetLastError();
+}
+
+cudaError_t add_bias(float* x, const float* bias, int num_rows, int width, cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(num_rows) * width;
+  if (total == 0) return cudaSuccess;
+  add_bias_kernel<<<grid_for(total, 256), 256, 0, stream>>>(x, bias, total, width);
+  return cudaGetLastError();
+}
+
+cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  add_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, y, n);
+  return cudaGetLastError();
+}
+
+cudaError_t scale(float* x, int64_t n, float factor, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  scale_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, n, factor);
+  return cudaGetLastError();
+}
+
+cudaError_t soft_cap(float* x, int64_t n, float cap, cudaStream_t stream) {
+  if (!(cap > 0.0f)) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  soft_cap_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, n, cap);
   return cudaGetLastError();
 }
 

@@ -116,6 +116,135 @@ TEST(CudaKernels, RopeMatchesCpu) {
   }
 }
 
+// Partial rotary dims, given (scaled) frequencies and an attention factor, against the CPU's
+// table form; null frequencies are theta^(-2i / rotary_dim), as the CPU's plain tables.
+TEST(CudaKernels, RopeWithFrequenciesAndPartialRotaryMatchesCpu) {
+  PAGEDSERVE_REQUIRE_GPU();
+  std::mt19937 rng(21);
+  const int tokens = 6, heads = 4, kv_heads = 2;
+  const std::vector<int32_t> positions = {0, 3, 17, 900, 8191, 40000};
+  for (int head_dim : {32, 64, 128}) {
+    for (int rotary : {head_dim, head_dim / 2}) {
+      for (bool given : {false, true}) {
+        const int half = rotary / 2;
+        std::vector<float> inv_freq(half);
+        for (int i = 0; i < half; ++i) {
+          inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / rotary) / (1.0 + i % 3));
+        }
+        const float factor = given ? 1.17f : 1.0f;
+        std::vector<float> q = random_floats(rng, static_cast<size_t>(tokens) * heads * head_dim);
+        std::vector<float> k =
+            random_floats(rng, static_cast<size_t>(tokens) * kv_heads * head_dim);
+        DeviceArray<float> dq(q), dk(k), dfreq(inv_freq);
+        DeviceArray<int32_t> dpos(positions);
+        std::vector<float> table(static_cast<size_t>(tokens) * rotary);
+        if (given) {
+          kernels::rope_cos_sin_inv_freq(positions.data(), tokens, rotary, inv_freq.data(),
+                                         nullptr, factor, table.data());
+        } else {
+          kernels::rope_cos_sin(positions.data(), tokens, rotary, 10000.0f, table.data());
+        }
+        kernels::rope_rotate_half_partial(q.data(), k.data(), table.data(), tokens, heads,
+                                          kv_heads, head_dim, rotary);
+        kc::RopeArgs rope;
+        rope.rotary_dim = rotary;
+        rope.theta = 10000.0f;
+        rope.inv_freq = given ? dfreq.get() : nullptr;
+        rope.attention_factor = factor;
+        check(kc::rope_rotate_half_partial(dq.get(), dk.get(), dpos.get(), tokens, heads,
+                                           kv_heads, head_dim, rope, nullptr),
+              "rope");
+        const std::string what = "head_dim " + std::to_string(head_dim) + " rotary " +
+                                 std::to_string(rotary) + (given ? " given" : " plain");
+        EXPECT_TRUE(all_close(dq.download(), q, 1e-5, 1e-5)) << what;
+        EXPECT_TRUE(all_close(dk.download(), k, 1e-5, 1e-5)) << what;
+      }
+    }
+  }
+}
+
+TEST(CudaKernels, SplitQkvWithBiasMatchesCpu) {
+  PAGEDSERVE_REQUIRE_GPU();
+  std::mt19937 rng(22);
+  const int tokens = 5, q_width = 96, kv_width = 32, width = q_width + 2 * kv_width;
+  const std::vector<float> qkv = random_floats(rng, static_cast<size_t>(tokens) * width);
+  const std::vector<float> bias = random_floats(rng, width);
+  for (bool with_bias : {false, true}) {
+    std::vector<float> biased = qkv;
+    if (with_bias) kernels::add_bias(biased.data(), bias.data(), tokens, width);
+    std::vector<float> q, k, v;
+    for (int t = 0; t < tokens; ++t) {
+      const float* row = biased.data() + static_cast<size_t>(t) * width;
+      q.insert(q.end(), row, row + q_width);
+      k.insert(k.end(), row + q_width, row + q_width + kv_width);
+      v.insert(v.end(), row + q_width + kv_width, row + width);
+    }
+    DeviceArray<float> dqkv(qkv), dbias(bias), dq(q.size()), dk(k.size()), dv(v.size());
+    check(kc::split_qkv(dqkv.get(), with_bias ? dbias.get() : nullptr, dq.get(), dk.get(),
+                        dv.get(), tokens, q_width, kv_width, nullptr),
+          "split_qkv");
+    EXPECT_TRUE(all_close(dq.download(), q, 0, 1e-7)) << with_bias;
+    EXPECT_TRUE(all_close(dk.download(), k, 0, 1e-7)) << with_bias;
+    EXPECT_TRUE(all_close(dv.download(), v, 0, 1e-7)) << with_bias;
+  }
+}
+
+TEST(CudaKernels, GatedActivationsMatchCpu) {
+  PAGEDSERVE_REQUIRE_GPU();
+  std::mt19937 rng(23);
+  const int tokens = 7, ffn = 333;
+  const std::vector<float> gate_up = random_floats(rng, static_cast<size_t>(tokens) * 2 * ffn, -6, 6);
+  const std::vector<float> bias = random_floats(rng, 2 * ffn);
+  for (auto activation : {kc::GatedActivation::kSilu, kc::GatedActivation::kGeluTanh}) {
+    for (bool with_bias : {false, true}) {
+      std::vector<float> in = gate_up;
+      if (with_bias) kernels::add_bias(in.data(), bias.data(), tokens, 2 * ffn);
+      std::vector<float> expected(static_cast<size_t>(tokens) * ffn);
+      if (activation == kc::GatedActivation::kSilu) {
+        kernels::silu_and_mul_stacked(in.data(), expected.data(), tokens, ffn);
+      } else {
+        kernels::gelu_tanh_and_mul_stacked(in.data(), expected.data(), tokens, ffn);
+      }
+      DeviceArray<float> din(gate_up), dbias(bias), dout(expected.size());
+      check(kc::gated_activation(din.get(), with_bias ? dbias.get() : nullptr, dout.get(), tokens,
+                                 ffn, activation, nullptr),
+            "gated_activation");
+      EXPECT_TRUE(all_close(dout.download(), expected, 1e-5, 1e-5))
+          << (activation == kc::GatedActivation::kSilu ? "silu" : "gelu_tanh") << " bias "
+          << with_bias;
+    }
+  }
+}
+
+TEST(CudaKernels, BiasAddScaleAndSoftCapMatchCpu) {
+  PAGEDSERVE_REQUIRE_GPU();
+  std::mt19937 rng(24);
+  const int rows = 9, width = 77;
+  const size_t n = static_cast<size_t>(rows) * width;
+  const std::vector<float> x = random_floats(rng, n, -60, 60);
+  const std::vector<float> y = random_floats(rng, n);
+  const std::vector<float> bias = random_floats(rng, width);
+
+  std::vector<float> expected = x;
+  kernels::add_bias(expected.data(), bias.data(), rows, width);
+  DeviceArray<float> dx(x), dy(y), dbias(bias);
+  check(kc::add_bias(dx.get(), dbias.get(), rows, width, nullptr), "add_bias");
+  EXPECT_TRUE(all_close(dx.download(), expected, 0, 1e-7)) << "add_bias";
+
+  for (size_t i = 0; i < n; ++i) expected[i] += y[i];
+  check(kc::add(dx.get(), dy.get(), static_cast<int64_t>(n), nullptr), "add");
+  EXPECT_TRUE(all_close(dx.download(), expected, 0, 1e-7)) << "add";
+
+  for (float& v : expected) v *= 0.37f;
+  check(kc::scale(dx.get(), static_cast<int64_t>(n), 0.37f, nullptr), "scale");
+  EXPECT_TRUE(all_close(dx.download(), expected, 0, 1e-7)) << "scale";
+
+  kernels::soft_cap(expected.data(), static_cast<int64_t>(n), 5.0f);
+  check(kc::soft_cap(dx.get(), static_cast<int64_t>(n), 5.0f, nullptr), "soft_cap");
+  EXPECT_TRUE(all_close(dx.download(), expected, 1e-6, 1e-5)) << "soft_cap";
+  EXPECT_EQ(kc::soft_cap(dx.get(), 1, 0.0f, nullptr), cudaErrorInvalidValue);
+}
+
 TEST(CudaKernels, SiluAndMulMatchesCpu) {
   PAGEDSERVE_REQUIRE_GPU();
   std::mt19937 rng(3);
