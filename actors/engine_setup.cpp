@@ -79,17 +79,8 @@ EngineSetup set_up_sim_engine(EngineSetup setup) {
   return setup;
 }
 
-// The weight and KV-cache dtype names the CUDA executor will use ("auto" resolved).
-std::string cuda_kv_dtype_name(const EngineConfig& config, const model::ModelConfig& mc) {
-  const std::string weights =
-      config.dtype != "auto" ? config.dtype
-                             : (mc.torch_dtype.empty() ? std::string("float32") : mc.torch_dtype);
-  return config.kv_cache_dtype != "auto" ? config.kv_cache_dtype : weights;
-}
-
-std::unique_ptr<Executor> make_cuda_executor(const model::LlamaCheckpoint& checkpoint,
-                                             const EngineConfig& config, int num_cpu_blocks) {
 #ifdef PAGEDSERVE_HAVE_CUDA
+CudaExecutorOptions cuda_options(const EngineConfig& config, int num_cpu_blocks) {
   CudaExecutorOptions options;
   options.block_size = config.block_size;
   options.num_device_blocks = std::max(config.num_kv_blocks, 0);
@@ -99,11 +90,29 @@ std::unique_ptr<Executor> make_cuda_executor(const model::LlamaCheckpoint& check
   options.kv_cache_dtype = config.kv_cache_dtype;
   options.max_num_batched_tokens = config.max_num_batched_tokens;
   options.max_num_seqs = config.max_num_seqs;
-  return std::make_unique<CudaExecutor>(checkpoint, options);
+  return options;
+}
+#endif
+
+std::unique_ptr<Executor> make_cuda_executor(const model::LlamaCheckpoint& checkpoint,
+                                             const EngineConfig& config, int num_cpu_blocks) {
+#ifdef PAGEDSERVE_HAVE_CUDA
+  return std::make_unique<CudaExecutor>(checkpoint, cuda_options(config, num_cpu_blocks));
 #else
   (void)checkpoint;
   (void)config;
   (void)num_cpu_blocks;
+  throw std::invalid_argument("--device cuda: this binary was built without CUDA");
+#endif
+}
+
+// The CUDA executor's KV element size, from its own dtype names (see cuda_kv_dtype_bytes).
+int cuda_kv_bytes(const EngineConfig& config, const model::ModelConfig& mc) {
+#ifdef PAGEDSERVE_HAVE_CUDA
+  return static_cast<int>(cuda_kv_dtype_bytes(cuda_options(config, 0), mc.torch_dtype));
+#else
+  (void)config;
+  (void)mc;
   throw std::invalid_argument("--device cuda: this binary was built without CUDA");
 #endif
 }
@@ -219,7 +228,7 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
   shape.block_size = config.block_size;
   kernels::KvDtype cpu_kv_dtype = kernels::KvDtype::kFloat32;
   if (cuda) {
-    shape.dtype_bytes = cache::kv_dtype_bytes(cuda_kv_dtype_name(config, mc));
+    shape.dtype_bytes = cuda_kv_bytes(config, mc);
   } else {
     cpu_kv_dtype = resolve_cpu_kv_dtype(config.kv_cache_dtype, mc.torch_dtype);
     config.kv_cache_dtype = kernels::kv_dtype_name(cpu_kv_dtype);
@@ -254,11 +263,11 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
   }
   cache::check_max_model_len_fits(shape, config.num_kv_blocks, config.max_model_len);
 
-  // Blocks are released for the CPU executor only: the CUDA one keeps a windowed sequence's
-  // blocks (its attention skips them) and rejects a released (kNoBlock) table entry.
-  // Nor with a draft model, which may catch up over positions before the target's window.
+  // Blocks the window has passed are released (both executors' kernels start at each row's
+  // window), but not with a draft model, which may catch up over positions before the
+  // target's window.
   set_up_scheduler(setup, num_cpu_blocks, mc.eos_token_ids,
-                   cuda || draft ? 0 : mc.max_window_of_all_layers());
+                   draft ? 0 : mc.max_window_of_all_layers());
 
   if (!cuda) {
     auto executor = std::make_unique<CpuExecutor>(checkpoint, config.block_size,

@@ -36,6 +36,12 @@ struct CudaExecutorOptions {
 // Devices the CUDA runtime sees; 0 when there is none or no usable driver.
 int cuda_device_count();
 
+// Bytes per KV-cache element the executor will use for these options and the model's
+// torch_dtype, "auto" resolved exactly as the executor resolves it (so the engine sizes the
+// pool with the executor's names). Throws std::invalid_argument for a name it refuses. Needs
+// no device.
+size_t cuda_kv_dtype_bytes(const CudaExecutorOptions& options, const std::string& torch_dtype);
+
 class CudaExecutor final : public Executor {
  public:
   // Throws std::runtime_error naming the CUDA or cuBLAS failure (no device, out of memory) and
@@ -44,7 +50,7 @@ class CudaExecutor final : public Executor {
   CudaExecutor(model::LlamaWeights weights, const CudaExecutorOptions& options);
   // From an opened checkpoint of any supported family (Hugging Face or GGUF; quantized GGUF
   // tensors are dequantized to the weight dtype). Refuses what the CUDA forward does not model
-  // (LongRoPE, head_dim over 128) with std::invalid_argument naming it.
+  // (head_dims over 128 but 256) with std::invalid_argument naming it.
   CudaExecutor(const model::LlamaCheckpoint& checkpoint, const CudaExecutorOptions& options);
   ~CudaExecutor() override;
   CudaExecutor(const CudaExecutor&) = delete;

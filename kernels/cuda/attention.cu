@@ -1,5 +1,6 @@
-// Paged attention (decode, prefill and chunked prefill in one kernel, optionally split-K), the
-// K/V write into cache slots, and block copies for copy-on-write.
+// Paged attention (decode, prefill and chunked prefill in one kernel, optionally split-K; decode-
+// only batches go to decode_attention.cu), the K/V write into cache slots, and block copies
+// for copy-on-write.
 //
 // Attention: one thread block per (work item, KV head, partition). A work item is up to
 // kAttentionRowsPerBlock query rows of one sequence, each row a (query token, query head) pair
@@ -18,65 +19,19 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/dtype_convert.cuh"
 
 namespace pagedserve::kernels::cuda {
 namespace {
 
+using namespace attention_detail;
+
 constexpr int kWarps = kAttentionRowsPerBlock;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTile = 32;  // context tokens per shared-memory tile: one per lane
 constexpr int kMaxGenericHeadDim = 128;
-constexpr unsigned kFullMask = 0xffffffffu;
-
-__device__ __forceinline__ float warp_max(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    x = fmaxf(x, __shfl_xor_sync(kFullMask, x, offset));
-  }
-  return x;
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(kFullMask, x, offset);
-  return x;
-}
-
-struct AttentionArgs {
-  const float* query;
-  float* out;
-  const void* key_cache;
-  const void* value_cache;
-  float k_scale;
-  float v_scale;
-  int block_size;
-  int num_kv_heads;
-  int head_dim;
-  const int32_t* query_start_loc;
-  const int32_t* seq_lens;
-  const int32_t* block_tables;
-  const int32_t* work_items;
-  int max_blocks_per_seq;
-  int num_heads;
-  float scale;
-  int sliding_window;   // 0: the whole context
-  float logit_softcap;  // 0: none
-  int partition_size;   // 0: no split
-  int num_partitions;
-  float* partial_out;
-  float* partial_max;
-  float* partial_sum;
-};
-
-// The first position the query at `pos` sees (as kernels::detail::first_visible_position).
-__device__ __forceinline__ int first_visible_position(int sliding_window, int pos) {
-  return sliding_window > 0 && pos >= sliding_window ? pos - sliding_window + 1 : 0;
-}
-
-__device__ __forceinline__ float soft_cap_score(float score, float cap) {
-  return cap > 0.0f ? cap * tanhf(score / cap) : score;
-}
-
 // kHeadDim 0: head_dim read at run time (at most kMaxGenericHeadDim).
 template <typename CacheT, int kHeadDim>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
@@ -224,162 +179,6 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   }
 }
 
-// Decode-only batches (one query token per sequence): one block of kDecodeWarps warps per
-// (sequence, KV head, partition), every warp serving all heads of the GQA group. K and V go
-// straight from global memory into registers (each lane owns head_dim / 32 dimensions, loaded
-// with one vector load per row), so each K/V byte is read once and shared memory is only used
-// to merge the warps' online-softmax states at the end. Warp w takes the context tokens
-// congruent to w modulo kDecodeWarps, kDecodeUnroll of them per iteration so several rows are
-// in flight per warp.
-constexpr int kDecodeWarps = 4;
-constexpr int kDecodeThreads = kDecodeWarps * 32;
-constexpr int kMaxDecodeGroup = 8;
-constexpr int kDecodeUnroll = 4;
-
-template <typename CacheT, int kHeadDim, int kPer>
-__device__ __forceinline__ void load_row(const CacheT* row, int lane, int head_dim, float scale,
-                                         float (&out)[kPer]) {
-  if constexpr (kHeadDim > 0) {
-    struct alignas(kPer * sizeof(CacheT)) Vec {
-      CacheT v[kPer];
-    };
-    const Vec vec = *reinterpret_cast<const Vec*>(row + lane * kPer);
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) out[i] = to_float(vec.v[i]) * scale;
-  } else {
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int d = lane + 32 * i;
-      out[i] = d < head_dim ? to_float(row[d]) * scale : 0.0f;
-    }
-  }
-}
-
-template <typename CacheT, int kHeadDim>
-__global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(AttentionArgs a) {
-  constexpr int kPer = (kHeadDim > 0 ? kHeadDim : kMaxGenericHeadDim) / 32;
-  const int head_dim = kHeadDim > 0 ? kHeadDim : a.head_dim;
-  const int seq = blockIdx.x;
-  const int kv_head = blockIdx.y;
-  const int part = blockIdx.z;
-  const int token = a.query_start_loc[seq];
-  const int seq_len = a.seq_lens[seq];
-  const int group = a.num_heads / a.num_kv_heads;
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  // The dimension a lane holds in slot i: contiguous runs for the vector loads of the
-  // specialised head dims, lane-strided for the generic one.
-  auto dim = [lane](int i) { return kHeadDim > 0 ? lane * kPer + i : lane + 32 * i; };
-
-  int kv_begin = first_visible_position(a.sliding_window, seq_len - 1);
-  int kv_end = seq_len;
-  if (a.partition_size > 0) {
-    kv_begin = max(kv_begin, part * a.partition_size);
-    kv_end = min(kv_end, part * a.partition_size + a.partition_size);
-  }
-
-  float q[kMaxDecodeGroup][kPer];
-  float running_max[kMaxDecodeGroup];
-  float running_sum[kMaxDecodeGroup];
-  float acc[kMaxDecodeGroup][kPer];
-#pragma unroll
-  for (int g = 0; g < kMaxDecodeGroup; ++g) {
-    running_max[g] = -INFINITY;
-    running_sum[g] = 0.0f;
-    const int64_t q_row = static_cast<int64_t>(token) * a.num_heads + kv_head * group + g;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int d = dim(i);
-      q[g][i] = g < group && d < head_dim ? a.query[q_row * head_dim + d] * a.scale : 0.0f;
-      acc[g][i] = 0.0f;
-    }
-  }
-
-  const CacheT* key_cache = static_cast<const CacheT*>(a.key_cache);
-  const CacheT* value_cache = static_cast<const CacheT*>(a.value_cache);
-  const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
-  for (int t0 = kv_begin + warp; t0 < kv_end; t0 += kDecodeWarps * kDecodeUnroll) {
-    float k[kDecodeUnroll][kPer];
-    float v[kDecodeUnroll][kPer];
-#pragma unroll
-    for (int u = 0; u < kDecodeUnroll; ++u) {
-      const int t = t0 + u * kDecodeWarps;
-      if (t < kv_end) {
-        const int64_t block = table[t / a.block_size];
-        const int64_t base =
-            ((block * a.num_kv_heads + kv_head) * a.block_size + t % a.block_size) * head_dim;
-        load_row<CacheT, kHeadDim, kPer>(key_cache + base, lane, head_dim, a.k_scale, k[u]);
-        load_row<CacheT, kHeadDim, kPer>(value_cache + base, lane, head_dim, a.v_scale, v[u]);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kDecodeUnroll; ++u) {
-      if (t0 + u * kDecodeWarps >= kv_end) break;  // warp-uniform
-#pragma unroll
-      for (int g = 0; g < kMaxDecodeGroup; ++g) {
-        if (g >= group) break;  // block-uniform
-        float partial = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kPer; ++i) partial += q[g][i] * k[u][i];
-        const float score = soft_cap_score(warp_sum(partial), a.logit_softcap);
-        const float new_max = fmaxf(running_max[g], score);
-        const float correction = expf(running_max[g] - new_max);  // 0 on the first token
-        const float p = expf(score - new_max);
-        running_sum[g] = running_sum[g] * correction + p;
-#pragma unroll
-        for (int i = 0; i < kPer; ++i) acc[g][i] = acc[g][i] * correction + p * v[u][i];
-        running_max[g] = new_max;
-      }
-    }
-  }
-
-  // Merge the warps: rescale each warp's state by exp(its max - the overall max).
-  __shared__ float s_max[kDecodeWarps][kMaxDecodeGroup];
-  __shared__ float s_sum[kDecodeWarps][kMaxDecodeGroup];
-  __shared__ float s_acc[kDecodeWarps][kMaxDecodeGroup][kMaxGenericHeadDim];
-#pragma unroll
-  for (int g = 0; g < kMaxDecodeGroup; ++g) {
-    if (g >= group) break;
-    if (lane == 0) {
-      s_max[warp][g] = running_max[g];
-      s_sum[warp][g] = running_sum[g];
-    }
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int d = dim(i);
-      if (d < head_dim) s_acc[warp][g][d] = acc[g][i];
-    }
-  }
-  __syncthreads();
-  const int num_partitions = a.num_partitions;
-  for (int idx = threadIdx.x; idx < group * head_dim; idx += kDecodeThreads) {
-    const int g = idx / head_dim;
-    const int d = idx - g * head_dim;
-    float overall_max = -INFINITY;
-    for (int w = 0; w < kDecodeWarps; ++w) overall_max = fmaxf(overall_max, s_max[w][g]);
-    float total = 0.0f;
-    float o = 0.0f;
-    for (int w = 0; w < kDecodeWarps; ++w) {
-      if (s_sum[w][g] > 0.0f) {
-        const float e = expf(s_max[w][g] - overall_max);
-        total += s_sum[w][g] * e;
-        o += s_acc[w][g][d] * e;
-      }
-    }
-    const int64_t out_row = static_cast<int64_t>(token) * a.num_heads + kv_head * group + g;
-    if (a.partition_size == 0) {
-      a.out[out_row * head_dim + d] = total > 0.0f ? o / total : 0.0f;
-    } else {
-      const int64_t slot = out_row * num_partitions + part;
-      a.partial_out[slot * head_dim + d] = o;
-      if (d == 0) {
-        a.partial_max[slot] = overall_max;
-        a.partial_sum[slot] = total;
-      }
-    }
-  }
-}
-
 // Merges the partitions of one (token, head) row: rescales each partition's sum and
 // unnormalised output by exp(its max - the overall max). The partition holding the row's own
 // position always has a key, so the overall max is finite; empty partitions (those past the
@@ -440,28 +239,33 @@ __global__ void copy_blocks_kernel(void* const* buffers, const int32_t* pairs,
 }
 
 template <typename CacheT, int kHeadDim>
-cudaError_t launch_attention(const AttentionArgs& args, dim3 grid, dim3 decode_grid, int head_dim,
+cudaError_t launch_attention(const AttentionArgs& args, dim3 grid, int head_dim,
                              cudaStream_t stream) {
-  if (decode_grid.x > 0) {
-    decode_attention_kernel<CacheT, kHeadDim><<<decode_grid, kDecodeThreads, 0, stream>>>(args);
-    return cudaGetLastError();
-  }
   const size_t smem =
       sizeof(float) * (kWarps * head_dim + kTile * (head_dim + 1) + kTile * head_dim);
+  if constexpr (kHeadDim == 256) {
+    // 72 KiB: over the default 48 KiB of dynamic shared memory (allowed once per kernel).
+    static const cudaError_t allowed = cudaFuncSetAttribute(
+        attention_kernel<CacheT, kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        static_cast<int>(sizeof(float) * (kWarps * 256 + kTile * 257 + kTile * 256)));
+    if (allowed != cudaSuccess) return allowed;
+  }
   attention_kernel<CacheT, kHeadDim><<<grid, kThreads, smem, stream>>>(args);
   return cudaGetLastError();
 }
 
 template <typename CacheT>
-cudaError_t dispatch_head_dim(const AttentionArgs& args, dim3 grid, dim3 decode_grid, int head_dim,
+cudaError_t dispatch_head_dim(const AttentionArgs& args, dim3 grid, int head_dim,
                               cudaStream_t stream) {
   switch (head_dim) {
     case 64:
-      return launch_attention<CacheT, 64>(args, grid, decode_grid, head_dim, stream);
+      return launch_attention<CacheT, 64>(args, grid, head_dim, stream);
     case 128:
-      return launch_attention<CacheT, 128>(args, grid, decode_grid, head_dim, stream);
+      return launch_attention<CacheT, 128>(args, grid, head_dim, stream);
+    case 256:
+      return launch_attention<CacheT, 256>(args, grid, head_dim, stream);
     default:
-      return launch_attention<CacheT, 0>(args, grid, decode_grid, head_dim, stream);
+      return launch_attention<CacheT, 0>(args, grid, head_dim, stream);
   }
 }
 
@@ -515,7 +319,8 @@ cudaError_t paged_attention(const AttentionParams& p, cudaStream_t stream) {
   const KvCacheLayout& c = p.cache;
   if (p.num_work_items == 0) return cudaSuccess;
   if (c.head_dim < 1 ||
-      (c.head_dim != 64 && c.head_dim != 128 && c.head_dim > kMaxGenericHeadDim) ||
+      (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256 &&
+       c.head_dim > kMaxGenericHeadDim) ||
       c.num_kv_heads < 1 || p.num_heads % c.num_kv_heads != 0 || c.block_size < 1 ||
       p.sliding_window < 0 || !(p.logit_softcap >= 0.0f)) {
     return cudaErrorInvalidValue;
@@ -532,6 +337,7 @@ cudaError_t paged_attention(const AttentionParams& p, cudaStream_t stream) {
                      fp8 ? c.k_scale : 1.0f,
                      fp8 ? c.v_scale : 1.0f,
                      c.block_size,
+                     (c.block_size & (c.block_size - 1)) == 0 ? __builtin_ctz(c.block_size) : -1,
                      c.num_kv_heads,
                      c.head_dim,
                      p.query_start_loc,
@@ -549,24 +355,30 @@ cudaError_t paged_attention(const AttentionParams& p, cudaStream_t stream) {
                      p.partial_max,
                      p.partial_sum};
   const dim3 grid(p.num_work_items, c.num_kv_heads, args.num_partitions);
-  // A decode-only batch (as many query tokens as sequences) takes the register kernel.
+  // A decode-only batch (as many query tokens as sequences) takes the decode kernel, for the
+  // head dims it is built for.
   const bool decode = p.use_decode_kernel && p.num_seqs > 0 && p.num_tokens == p.num_seqs &&
-                      p.num_heads / c.num_kv_heads <= kMaxDecodeGroup;
-  const dim3 decode_grid(decode ? p.num_seqs : 0, c.num_kv_heads, args.num_partitions);
+                      p.num_heads / c.num_kv_heads <= kMaxDecodeGroup &&
+                      decode_attention_supports(c.dtype, c.head_dim);
   cudaError_t status = cudaSuccess;
-  switch (c.dtype) {
-    case DType::kFloat32:
-      status = dispatch_head_dim<float>(args, grid, decode_grid, c.head_dim, stream);
-      break;
-    case DType::kFloat16:
-      status = dispatch_head_dim<__half>(args, grid, decode_grid, c.head_dim, stream);
-      break;
-    case DType::kBFloat16:
-      status = dispatch_head_dim<__nv_bfloat16>(args, grid, decode_grid, c.head_dim, stream);
-      break;
-    case DType::kFp8E4M3:
-      status = dispatch_head_dim<__nv_fp8_e4m3>(args, grid, decode_grid, c.head_dim, stream);
-      break;
+  if (decode) {
+    const dim3 decode_grid(p.num_seqs, c.num_kv_heads, args.num_partitions);
+    status = decode_attention(args, decode_grid, c.dtype, c.head_dim, stream);
+  } else {
+    switch (c.dtype) {
+      case DType::kFloat32:
+        status = dispatch_head_dim<float>(args, grid, c.head_dim, stream);
+        break;
+      case DType::kFloat16:
+        status = dispatch_head_dim<__half>(args, grid, c.head_dim, stream);
+        break;
+      case DType::kBFloat16:
+        status = dispatch_head_dim<__nv_bfloat16>(args, grid, c.head_dim, stream);
+        break;
+      case DType::kFp8E4M3:
+        status = dispatch_head_dim<__nv_fp8_e4m3>(args, grid, c.head_dim, stream);
+        break;
+    }
   }
   if (status != cudaSuccess || p.partition_size == 0) return status;
   const int rows = p.num_tokens * p.num_heads;

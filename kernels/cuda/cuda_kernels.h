@@ -32,11 +32,14 @@ cudaError_t rope_rotate_half(float* q, float* k, const int32_t* positions, int n
 // kernels::rope_rotate_half_partial): the first rotary_dim dimensions of each head rotate by
 // position * inv_freq[i] (angles in double), cos and sin times attention_factor. inv_freq
 // ([rotary_dim / 2], device) null means theta^(-2i / rotary_dim), the plain Llama frequencies.
+// LongRoPE gives a second table: tokens t with uses_long[t] != 0 rotate by inv_freq_long.
 struct RopeArgs {
   int rotary_dim = 0;
   const float* inv_freq = nullptr;
   float theta = 10000.0f;
   float attention_factor = 1.0f;
+  const float* inv_freq_long = nullptr;  // [rotary_dim / 2], device; null: no second table
+  const int32_t* uses_long = nullptr;    // [num_tokens], device; with inv_freq_long
 };
 cudaError_t rope_rotate_half_partial(float* q, float* k, const int32_t* positions, int num_tokens,
                                      int num_heads, int num_kv_heads, int head_dim,
@@ -129,8 +132,9 @@ struct AttentionParams {
   int num_work_items = 0;
   int num_tokens = 0;
   int num_seqs = 0;  // with num_tokens == num_seqs (decode only), the decode kernel runs
-  // The decode kernel (K/V straight into registers, all heads of a GQA group per warp) for
-  // decode-only batches with at most 8 query heads per KV head; false: always the tiled one.
+  // The decode kernel (K/V tiles copied to shared memory in two stages, all heads of a GQA
+  // group per block) for decode-only batches with head_dim 64, 128 or 256 (not float32) and at
+  // most 8 query heads per KV head; false: always the tiled one.
   bool use_decode_kernel = true;
   int max_blocks_per_seq = 0;
   int num_heads = 0;
@@ -147,7 +151,8 @@ struct AttentionParams {
   float* partial_sum = nullptr;
 };
 int attention_num_partitions(int max_seq_len, int partition_size);
-// head_dim 64 and 128 have specialised kernels; any other head_dim up to 128 runs a generic one.
+// head_dim 64, 128 and 256 have specialised kernels; any other head_dim up to 128 runs a generic
+// one.
 cudaError_t paged_attention(const AttentionParams& params, cudaStream_t stream);
 
 // ---- sampling (kernels/cuda/sampling.cu) ----

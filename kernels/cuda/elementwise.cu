@@ -55,9 +55,12 @@ __global__ void rope_kernel(float* q, float* k, const int32_t* positions, int nu
                                 : k + (token * num_kv_heads + (head - num_heads)) * head_dim;
     // Same expressions as the CPU twins: theta^(-2i/rotary_dim) or the given frequencies, the
     // angle in double for long contexts, the attention factor before the rounding to float.
-    const double inv_freq =
-        rope.inv_freq != nullptr ? static_cast<double>(rope.inv_freq[i])
-                                 : pow(static_cast<double>(rope.theta), -2.0 * i / rope.rotary_dim);
+    const float* table = rope.uses_long != nullptr && rope.uses_long[token] != 0
+                             ? rope.inv_freq_long
+                             : rope.inv_freq;
+    const double inv_freq = table != nullptr
+                                ? static_cast<double>(table[i])
+                                : pow(static_cast<double>(rope.theta), -2.0 * i / rope.rotary_dim);
     const double angle = static_cast<double>(positions[token]) * inv_freq;
     const float c = static_cast<float>(cos(angle) * rope.attention_factor);
     const float s = static_cast<float>(sin(angle) * rope.attention_factor);
@@ -68,8 +71,8 @@ __global__ void rope_kernel(float* q, float* k, const int32_t* positions, int nu
   }
 }
 
-__global__ void split_qkv_kernel(const float* qkv, const float* bias, float* q, float* k,
-                                 float* v, int num_tokens, int q_width, int kv_width) {
+__global__ void split_qkv_kernel(const float* qkv, const float* bias, float* q, float* k, float* v,
+                                 int num_tokens, int q_width, int kv_width) {
   const int width = q_width + 2 * kv_width;
   const int64_t total = static_cast<int64_t>(num_tokens) * width;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
@@ -217,8 +220,8 @@ cudaError_t gated_activation(const float* gate_up, const float* bias, float* out
                              int ffn, GatedActivation activation, cudaStream_t stream) {
   const int64_t total = static_cast<int64_t>(num_tokens) * ffn;
   if (total == 0) return cudaSuccess;
-  gated_activation_kernel<<<grid_for(total, 256), 256, 0, stream>>>(gate_up, bias, out,
-                                                                    num_tokens, ffn, activation);
+  gated_activation_kernel<<<grid_for(total, 256), 256, 0, stream>>>(gate_up, bias, out, num_tokens,
+                                                                    ffn, activation);
   return cudaGetLastError();
 }
 

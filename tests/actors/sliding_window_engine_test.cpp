@@ -6,54 +6,29 @@
 // weights declared as MistralForCausalLM with sliding_window 16, so the window changes the
 // logits well within the generation (checked against the same weights without a window).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "actors/engine.h"
 #include "actors/llm_engine.h"
 #include "tests/actors/engine_test_util.h"
+#include "tests/actors/windowed_stories.h"
 #include "tests/test_paths.h"
 
 namespace pagedserve::actors {
 namespace {
 
-namespace fs = std::filesystem;
 using testing_util::Finished;
 
 constexpr int kWindow = 16;
 constexpr int kBlockSize = 4;
 constexpr int kBlocksPerSeq = kWindow / kBlockSize + 2;  // what a decoding sequence may hold
 
-// stories260K's files, its config turned into Mistral's with a window on every layer.
-fs::path windowed_model_dir() {
-  static const fs::path dir = [] {
-    const fs::path src = testing::stories260k_dir();
-    const fs::path out = fs::temp_directory_path() / ("swa_stories_" + std::to_string(getpid()));
-    fs::create_directories(out);
-    for (const char* name : {"model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                             "generation_config.json"}) {
-      fs::copy_file(src / name, out / name, fs::copy_options::overwrite_existing);
-    }
-    nlohmann::json config = nlohmann::json::parse(std::ifstream(src / "config.json"));
-    config["architectures"] = {"MistralForCausalLM"};
-    config["model_type"] = "mistral";
-    config["sliding_window"] = kWindow;
-    std::ofstream(out / "config.json") << config.dump(2);
-    return out;
-  }();
-  return dir;
-}
-
 EngineConfig engine_config(bool free_blocks, bool caching, int num_kv_blocks) {
   EngineConfig config;
-  config.model_dir = windowed_model_dir();
+  config.model_dir = testing::windowed_stories_dir(kWindow);
   config.block_size = kBlockSize;
   config.num_kv_blocks = num_kv_blocks;
   config.max_model_len = 256;

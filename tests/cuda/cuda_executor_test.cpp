@@ -19,6 +19,7 @@
 #include "model/synthetic_model.h"
 #include "tests/actors/engine_test_util.h"
 #include "tests/actors/grammar_engine_util.h"
+#include "tests/actors/windowed_stories.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/test_paths.h"
 
@@ -282,9 +283,14 @@ TEST_P(CudaFamilies, TopLogprobsEqualCpu) {
   spec.sliding_window = 12;  // shorter than the prompts: the window matters
   spec.norm_jitter = 0.3f;
   spec.seed = 7;
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    (std::string("pagedserve_cuda_family_") +
-                                     model::synthetic_family_name(spec.family));
+  // Gemma 2 and 3 have heads of 256 (wider than hidden / heads), as the released models do.
+  if (spec.family == model::SyntheticFamily::kGemma2 ||
+      spec.family == model::SyntheticFamily::kGemma3) {
+    spec.head_dim = 256;
+  }
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      (std::string("pagedserve_cuda_family_") + model::synthetic_family_name(spec.family));
   std::filesystem::create_directories(dir);
   const std::filesystem::path model_path = gguf ? dir / "model.gguf" : dir;
   if (gguf) {
@@ -339,7 +345,8 @@ TEST_P(CudaFamilies, TopLogprobsEqualCpu) {
       ASSERT_EQ(g.size(), 8u) << "step " << step << " seq " << q;
       ASSERT_EQ(w.size(), 8u);
       for (size_t i = 0; i < w.size(); ++i) {
-        EXPECT_NEAR(g[i].logprob, w[i].logprob, 2e-3) << "step " << step << " seq " << q << " #" << i;
+        EXPECT_NEAR(g[i].logprob, w[i].logprob, 2e-3)
+            << "step " << step << " seq " << q << " #" << i;
         // Ids may swap only between candidates the tolerance cannot tell apart.
         if (g[i].token_id != w[i].token_id) {
           EXPECT_NEAR(w[i].logprob, w[i == 0 ? 1 : i - 1].logprob, 4e-3)
@@ -366,6 +373,95 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(model::synthetic_family_name(std::get<0>(info.param))) +
              (std::get<1>(info.param) ? "_gguf" : "_hf");
     });
+
+// A windowed model (stories260K as Mistral, window 16) through the engine with the blocks the
+// window has passed released (table entries kNoBlock), prompts prefilled in chunks: the CUDA
+// executor gives the CPU executor's greedy tokens, and a long generation holds only about
+// window / block_size + 2 blocks.
+TEST(CudaExecutor, SlidingWindowWithReleasedBlocksEqualsCpu) {
+  REQUIRE_GPU_AND_MODEL();
+  constexpr int kWindow = 16, kBlockSize = 4;
+  auto run = [&](const std::string& device, int* peak_used) {
+    EngineConfig config;
+    config.model_dir = testing::windowed_stories_dir(kWindow);
+    config.device = device;
+    config.block_size = kBlockSize;
+    config.num_kv_blocks = 64;
+    config.max_model_len = 256;
+    config.max_num_batched_tokens = 12;  // windows release between chunks
+    config.num_threads = 1;
+    config.dtype = "float32";
+    config.kv_cache_dtype = "float32";
+    LlmEngine engine(config);
+    model::SamplingParams params = testing_util::greedy(150);
+    params.ignore_eos = true;
+    std::vector<uint64_t> ids;
+    for (const auto& prompt : test_prompts()) {
+      if (prompt.size() > 1 && prompt.size() < 100)
+        ids.push_back(engine.add_request(prompt, params));
+    }
+    std::map<uint64_t, testing_util::Finished> out;
+    *peak_used = 0;
+    while (engine.has_unfinished_requests()) {
+      testing_util::collect(out, engine.step());
+      *peak_used =
+          std::max(*peak_used, engine.scheduler().block_manager().num_used_device_blocks());
+    }
+    testing_util::expect_all_blocks_free(engine);
+    std::vector<std::vector<int32_t>> tokens;
+    for (uint64_t id : ids) tokens.push_back(out[id].tokens());
+    return tokens;
+  };
+  int cpu_peak = 0, gpu_peak = 0;
+  const auto cpu = run("cpu", &cpu_peak);
+  const auto gpu = run("cuda", &gpu_peak);
+  ASSERT_EQ(gpu.size(), cpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    ASSERT_EQ(cpu[i].size(), 150u);
+    EXPECT_EQ(gpu[i], cpu[i]) << "request " << i;
+  }
+  // Sequences of up to 190 tokens would need 48 blocks each without releasing.
+  EXPECT_LE(gpu_peak, static_cast<int>(cpu.size()) * (kWindow / kBlockSize + 3));
+  EXPECT_EQ(gpu_peak, cpu_peak);
+}
+
+// The engine sizes the CUDA pool with the executor's own dtype names (no device needed):
+// "float" and "half" are weight names the executor accepts, "auto" follows the weights, and a
+// cache dtype it refuses is an error here too, not a pool of the wrong size.
+TEST(CudaExecutorOptions, KvDtypeBytesFollowTheExecutorsNames) {
+  CudaExecutorOptions options;
+  options.weight_dtype = "float";
+  EXPECT_EQ(cuda_kv_dtype_bytes(options, "bfloat16"), 4u);
+  options.weight_dtype = "half";
+  EXPECT_EQ(cuda_kv_dtype_bytes(options, "float32"), 2u);
+  options.weight_dtype = "auto";
+  EXPECT_EQ(cuda_kv_dtype_bytes(options, "bfloat16"), 2u);
+  EXPECT_EQ(cuda_kv_dtype_bytes(options, ""), 4u);  // no torch_dtype: float32
+  options.kv_cache_dtype = "fp8";
+  EXPECT_EQ(cuda_kv_dtype_bytes(options, "bfloat16"), 1u);
+  options.kv_cache_dtype = "fp8_e5m2";
+  EXPECT_THROW(cuda_kv_dtype_bytes(options, "bfloat16"), std::invalid_argument);
+  options.kv_cache_dtype = "auto";
+  options.weight_dtype = "int4";
+  EXPECT_THROW(cuda_kv_dtype_bytes(options, "bfloat16"), std::invalid_argument);
+}
+
+// An explicit --kv-cache-memory sizes the CUDA pool (instead of --gpu-memory-utilization).
+TEST(CudaExecutor, KvCacheMemorySizesThePool) {
+  REQUIRE_GPU_AND_MODEL();
+  EngineConfig config = config_for("cuda");
+  config.dtype = "float32";
+  config.kv_cache_dtype = "float32";
+  config.num_kv_blocks = 0;
+  config.kv_cache_memory_bytes = int64_t{3} << 20;
+  config.kv_cache_memory_given = true;
+  LlmEngine engine(config);
+  const model::ModelConfig& mc = engine.model_config();
+  const int64_t block_bytes = int64_t{2} * mc.num_hidden_layers * mc.num_key_value_heads *
+                              config.block_size * mc.head_dim * 4;  // keys and values, float32
+  EXPECT_EQ(engine.scheduler().block_manager().num_total_device_blocks(),
+            (int64_t{3} << 20) / block_bytes);
+}
 
 TEST(CudaExecutor, RefusesBadInputWithAClearError) {
   REQUIRE_GPU_AND_MODEL();

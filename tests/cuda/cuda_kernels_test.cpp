@@ -139,20 +139,20 @@ TEST(CudaKernels, RopeWithFrequenciesAndPartialRotaryMatchesCpu) {
         DeviceArray<int32_t> dpos(positions);
         std::vector<float> table(static_cast<size_t>(tokens) * rotary);
         if (given) {
-          kernels::rope_cos_sin_inv_freq(positions.data(), tokens, rotary, inv_freq.data(),
-                                         nullptr, factor, table.data());
+          kernels::rope_cos_sin_inv_freq(positions.data(), tokens, rotary, inv_freq.data(), nullptr,
+                                         factor, table.data());
         } else {
           kernels::rope_cos_sin(positions.data(), tokens, rotary, 10000.0f, table.data());
         }
-        kernels::rope_rotate_half_partial(q.data(), k.data(), table.data(), tokens, heads,
-                                          kv_heads, head_dim, rotary);
+        kernels::rope_rotate_half_partial(q.data(), k.data(), table.data(), tokens, heads, kv_heads,
+                                          head_dim, rotary);
         kc::RopeArgs rope;
         rope.rotary_dim = rotary;
         rope.theta = 10000.0f;
         rope.inv_freq = given ? dfreq.get() : nullptr;
         rope.attention_factor = factor;
-        check(kc::rope_rotate_half_partial(dq.get(), dk.get(), dpos.get(), tokens, heads,
-                                           kv_heads, head_dim, rope, nullptr),
+        check(kc::rope_rotate_half_partial(dq.get(), dk.get(), dpos.get(), tokens, heads, kv_heads,
+                                           head_dim, rope, nullptr),
               "rope");
         const std::string what = "head_dim " + std::to_string(head_dim) + " rotary " +
                                  std::to_string(rotary) + (given ? " given" : " plain");
@@ -161,6 +161,43 @@ TEST(CudaKernels, RopeWithFrequenciesAndPartialRotaryMatchesCpu) {
       }
     }
   }
+}
+
+// LongRoPE: each token takes the short or the long table by its flag, as the CPU's per-token
+// tables.
+TEST(CudaKernels, RopeWithPerTokenLongFrequenciesMatchesCpu) {
+  PAGEDSERVE_REQUIRE_GPU();
+  std::mt19937 rng(25);
+  const int tokens = 5, heads = 3, kv_heads = 1, head_dim = 64, rotary = 48, half = rotary / 2;
+  const std::vector<int32_t> positions = {0, 7, 4000, 4001, 9000};
+  const std::vector<int32_t> uses_long = {0, 0, 1, 1, 1};
+  std::vector<float> short_freq(half), long_freq(half);
+  for (int i = 0; i < half; ++i) {
+    short_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / rotary));
+    long_freq[i] = short_freq[i] / static_cast<float>(1.0 + 0.5 * i);
+  }
+  std::vector<float> q = random_floats(rng, static_cast<size_t>(tokens) * heads * head_dim);
+  std::vector<float> k = random_floats(rng, static_cast<size_t>(tokens) * kv_heads * head_dim);
+  DeviceArray<float> dq(q), dk(k), dshort(short_freq), dlong(long_freq);
+  DeviceArray<int32_t> dpos(positions), dflags(uses_long);
+  std::vector<const float*> per_token;
+  for (int32_t flag : uses_long) per_token.push_back(flag ? long_freq.data() : short_freq.data());
+  std::vector<float> table(static_cast<size_t>(tokens) * rotary);
+  kernels::rope_cos_sin_inv_freq(positions.data(), tokens, rotary, short_freq.data(),
+                                 per_token.data(), 1.05f, table.data());
+  kernels::rope_rotate_half_partial(q.data(), k.data(), table.data(), tokens, heads, kv_heads,
+                                    head_dim, rotary);
+  kc::RopeArgs rope;
+  rope.rotary_dim = rotary;
+  rope.inv_freq = dshort.get();
+  rope.inv_freq_long = dlong.get();
+  rope.uses_long = dflags.get();
+  rope.attention_factor = 1.05f;
+  check(kc::rope_rotate_half_partial(dq.get(), dk.get(), dpos.get(), tokens, heads, kv_heads,
+                                     head_dim, rope, nullptr),
+        "rope");
+  EXPECT_TRUE(all_close(dq.download(), q, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(dk.download(), k, 1e-5, 1e-5));
 }
 
 TEST(CudaKernels, SplitQkvWithBiasMatchesCpu) {
@@ -180,8 +217,8 @@ TEST(CudaKernels, SplitQkvWithBiasMatchesCpu) {
       v.insert(v.end(), row + q_width + kv_width, row + width);
     }
     DeviceArray<float> dqkv(qkv), dbias(bias), dq(q.size()), dk(k.size()), dv(v.size());
-    check(kc::split_qkv(dqkv.get(), with_bias ? dbias.get() : nullptr, dq.get(), dk.get(),
-                        dv.get(), tokens, q_width, kv_width, nullptr),
+    check(kc::split_qkv(dqkv.get(), with_bias ? dbias.get() : nullptr, dq.get(), dk.get(), dv.get(),
+                        tokens, q_width, kv_width, nullptr),
           "split_qkv");
     EXPECT_TRUE(all_close(dq.download(), q, 0, 1e-7)) << with_bias;
     EXPECT_TRUE(all_close(dk.download(), k, 0, 1e-7)) << with_bias;
@@ -193,7 +230,8 @@ TEST(CudaKernels, GatedActivationsMatchCpu) {
   PAGEDSERVE_REQUIRE_GPU();
   std::mt19937 rng(23);
   const int tokens = 7, ffn = 333;
-  const std::vector<float> gate_up = random_floats(rng, static_cast<size_t>(tokens) * 2 * ffn, -6, 6);
+  const std::vector<float> gate_up =
+      random_floats(rng, static_cast<size_t>(tokens) * 2 * ffn, -6, 6);
   const std::vector<float> bias = random_floats(rng, 2 * ffn);
   for (auto activation : {kc::GatedActivation::kSilu, kc::GatedActivation::kGeluTanh}) {
     for (bool with_bias : {false, true}) {
@@ -490,7 +528,7 @@ TEST_P(CudaAttention, SlidingWindowAndSoftcapMatchCpu) {
 std::vector<AttentionCase> attention_cases() {
   std::vector<AttentionCase> cases;
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFp8E4M3}) {
-    for (int head_dim : {8, 64, 128}) {
+    for (int head_dim : {8, 64, 128, 256}) {
       for (int block_size : {8, 16, 32}) {
         for (int partition : {0, 32}) cases.push_back({dtype, head_dim, block_size, partition});
       }

@@ -5,7 +5,8 @@
 //  3. End-to-end output tokens/s of the CudaExecutor on a random-weight Llama-3.2-1B-shaped
 //     model (about 1.24B parameters, bfloat16) at batch 1, 32 and 256: 128-token prompts then
 //     128 generated tokens per sequence, greedy (and one seeded top-p run at batch 32).
-// Usage: cuda_bench [--out FILE] [--quick]   (--quick: smaller shapes, for a smoke run)
+// Usage: cuda_bench [--out FILE] [--quick] [--attention-only]
+//   --quick: smaller shapes, for a smoke run; --attention-only: no end-to-end model (profiling)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -318,14 +319,17 @@ nlohmann::json end_to_end(CudaExecutor& executor, int batch, int prompt_len, int
 int main(int argc, char** argv) {
   std::string out_path;
   bool quick = false;
+  bool attention_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--out" && i + 1 < argc) {
       out_path = argv[++i];
     } else if (arg == "--quick") {
       quick = true;
+    } else if (arg == "--attention-only") {
+      attention_only = true;
     } else {
-      std::cerr << "usage: cuda_bench [--out FILE] [--quick]\n";
+      std::cerr << "usage: cuda_bench [--out FILE] [--quick] [--attention-only]\n";
       return 2;
     }
   }
@@ -345,6 +349,8 @@ int main(int argc, char** argv) {
     const int ctx_scale = quick ? 4 : 1;
     std::vector<AttentionShape> shapes = {
         {"decode_b64_ctx4096_fp16", 64, 4096 / ctx_scale, 32, 8, 128, 16, kc::DType::kFloat16, 0},
+        {"decode_b64_ctx4096_fp16_split1024", 64, 4096 / ctx_scale, 32, 8, 128, 16,
+         kc::DType::kFloat16, 1024},
         {"decode_b64_ctx4096_fp16_tiled", 64, 4096 / ctx_scale, 32, 8, 128, 16, kc::DType::kFloat16,
          0, false},
         {"decode_b256_ctx1024_fp16", 256, 1024 / ctx_scale, 32, 8, 128, 16, kc::DType::kFloat16, 0},
@@ -362,6 +368,10 @@ int main(int argc, char** argv) {
       result["attention"].push_back(attention_bandwidth(s, memcpy_bw));
     }
 
+    if (attention_only) {
+      std::cout << result.dump(2) << std::endl;
+      return 0;
+    }
     auto weights = random_llama(quick);
     const int64_t params = count_params(weights);
     result["model"] = {{"shape", quick ? "small (quick)" : "Llama-3.2-1B"},
