@@ -90,6 +90,7 @@ CudaExecutorOptions cuda_options(const EngineConfig& config, int num_cpu_blocks)
   options.kv_cache_dtype = config.kv_cache_dtype;
   options.max_num_batched_tokens = config.max_num_batched_tokens;
   options.max_num_seqs = config.max_num_seqs;
+  options.cuda_graphs = config.cuda_graphs;
   return options;
 }
 #endif

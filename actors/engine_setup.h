@@ -52,6 +52,7 @@ struct EngineConfig {
   // CUDA only. The KV pool takes what this share of the device's memory leaves after the
   // weights and workspace (unless num_kv_blocks or kv_cache_memory_given is set).
   double gpu_memory_utilization = 0.9;
+  bool cuda_graphs = true;     // CUDA only: decode steps replay CUDA graphs (--enforce-eager: off)
   std::string dtype = "auto";  // CUDA weights: auto (the model's), float32/16, bfloat16
   // KV cache: auto (= the weights'), float32, float16, bfloat16, or fp8 (CUDA only). On the CPU,
   // auto is the checkpoint's torch_dtype, and set_up_engine writes the resolved name back.

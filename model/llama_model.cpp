@@ -81,26 +81,6 @@ WeightFormat lm_head_format(const WeightFormat& format) {
 namespace {
 
 // Norm weights as the kernels use them: Hugging Face Gemma stores w for a (1 + w) norm.
-std::vector<float> norm_weights(const TensorView* view, float offset) {
-  if (view == nullptr) return {};
-  std::vector<float> values = to_f32(*view);
-  if (offset != 0.0f) {
-    for (float& v : values) v += offset;
-  }
-  return values;
-}
-
-// Biases of stacked projections, concatenated in the same order; empty when there are none.
-std::vector<float> stacked_bias(std::initializer_list<const TensorView*> parts) {
-  std::vector<float> out;
-  for (const TensorView* part : parts) {
-    if (part == nullptr) return {};
-    const std::vector<float> values = to_f32(*part);
-    out.insert(out.end(), values.begin(), values.end());
-  }
-  return out;
-}
-
 LayerConfig layer_settings(const ModelConfig& c, size_t l) {
   return l < c.layers.size() ? c.layers[l] : LayerConfig{};
 }
@@ -133,19 +113,19 @@ LlamaModel::LlamaModel(const LlamaCheckpoint& checkpoint, kernels::ThreadPool* p
     : config_(checkpoint.config), pool_(pool), isa_(isa) {
   const float offset = config_.norm_weight_offset;
   embed_tokens_ = EmbeddingTable::from_view(*checkpoint.embed_tokens);
-  final_norm_ = norm_weights(checkpoint.final_norm, offset);
+  final_norm_ = checkpoint_norm_f32(checkpoint.final_norm, offset);
   for (const LlamaLayerTensors& t : checkpoint.layers) {
     Layer& layer = layers_.emplace_back();
-    layer.input_norm = norm_weights(t.input_norm, offset);
-    layer.post_norm = norm_weights(t.post_norm, offset);
-    layer.post_attention_norm = norm_weights(t.post_attention_norm, offset);
-    layer.post_mlp_norm = norm_weights(t.post_mlp_norm, offset);
-    layer.q_norm = norm_weights(t.q_norm, offset);
-    layer.k_norm = norm_weights(t.k_norm, offset);
-    layer.qkv_bias = stacked_bias({t.q_bias, t.k_bias, t.v_bias});
-    layer.o_bias = stacked_bias({t.o_bias});
-    layer.gate_up_bias = stacked_bias({t.gate_bias, t.up_bias});
-    layer.down_bias = stacked_bias({t.down_bias});
+    layer.input_norm = checkpoint_norm_f32(t.input_norm, offset);
+    layer.post_norm = checkpoint_norm_f32(t.post_norm, offset);
+    layer.post_attention_norm = checkpoint_norm_f32(t.post_attention_norm, offset);
+    layer.post_mlp_norm = checkpoint_norm_f32(t.post_mlp_norm, offset);
+    layer.q_norm = checkpoint_norm_f32(t.q_norm, offset);
+    layer.k_norm = checkpoint_norm_f32(t.k_norm, offset);
+    layer.qkv_bias = stacked_f32({t.q_bias, t.k_bias, t.v_bias});
+    layer.o_bias = stacked_f32({t.o_bias});
+    layer.gate_up_bias = stacked_f32({t.gate_bias, t.up_bias});
+    layer.down_bias = stacked_f32({t.down_bias});
     layer.wqkv = t.wqkv ? LinearWeight::from_views({t.wqkv}, format)
                         : LinearWeight::from_views({t.wq, t.wk, t.wv}, format);
     layer.wo = LinearWeight::from_views({t.wo}, format);

@@ -14,7 +14,7 @@ const std::set<std::string> kEngineValueFlags = {
     "speculative", "num-speculative-tokens", "num-speculative-tokens-max", "ngram-min", "ngram-max", "speculative-max-batch", "speculative-min-accepted",
     "draft-model"};
 // clang-format on
-const std::set<std::string> kEngineBoolFlags = {"no-prefix-caching"};
+const std::set<std::string> kEngineBoolFlags = {"no-prefix-caching", "enforce-eager"};
 
 const char* const kEngineFlagsHelp =
     "engine flags:\n"
@@ -41,6 +41,8 @@ const char* const kEngineFlagsHelp =
     "                               and a GPU is visible, else cpu; sim: no model,\n"
     "                               steps priced by --sim-profile FILE, a cost model; see\n"
     "                               profiles/README.md; --model gives the tokenizer)\n"
+    "  --enforce-eager              CUDA: no CUDA graphs (decode steps replay graphs captured\n"
+    "                               per power-of-two batch size by default)\n"
     "  --gpu-memory-utilization F   CUDA: share of GPU memory for weights, workspace and KV\n"
     "                               pool (default 0.9); the pool takes what is left\n"
     "  --dtype DTYPE                CUDA weights: auto, float32, float16, bfloat16 (default\n"
@@ -93,6 +95,7 @@ actors::EngineConfig engine_config_from_flags(const CliFlags& flags) {
       config.device != "sim") {
     throw UsageError("--device must be cpu, cuda, auto or sim, got '" + config.device + "'");
   }
+  config.cuda_graphs = !flags.has("enforce-eager");
   config.gpu_memory_utilization = flags.get_double("gpu-memory-utilization", 0.9);
   if (!(config.gpu_memory_utilization > 0.0 && config.gpu_memory_utilization <= 1.0)) {
     throw UsageError("--gpu-memory-utilization must be in (0, 1], got " +

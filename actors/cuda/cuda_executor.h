@@ -31,6 +31,10 @@ struct CudaExecutorOptions {
   int max_num_seqs = 256;
   // Context tokens per split-K attention partition; 0 turns split-K off.
   int attention_partition_size = 512;
+  // Decode steps replay CUDA graphs captured per padded shape (batch rounded up to a power of
+  // two, up to min(max_num_seqs, max_num_batched_tokens)); false runs every step eagerly
+  // (`--enforce-eager`, as vLLM's flag).
+  bool cuda_graphs = true;
 };
 
 // Devices the CUDA runtime sees; 0 when there is none or no usable driver.
@@ -67,6 +71,8 @@ class CudaExecutor final : public Executor {
   std::string weight_dtype() const;
   std::string kv_cache_dtype() const;
   std::string device_name() const;
+  // Decode steps that replayed a CUDA graph so far.
+  size_t graph_launches() const;
 
  private:
   struct Impl;

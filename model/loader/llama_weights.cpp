@@ -196,6 +196,25 @@ std::string first_unsupported_feature(const LlamaCheckpoint& checkpoint) {
 
 }  // namespace
 
+std::vector<float> checkpoint_norm_f32(const TensorView* view, float offset) {
+  if (view == nullptr) return {};
+  std::vector<float> values = to_f32(*view);
+  if (offset != 0.0f) {
+    for (float& v : values) v += offset;
+  }
+  return values;
+}
+
+std::vector<float> stacked_f32(std::initializer_list<const TensorView*> parts) {
+  std::vector<float> out;
+  for (const TensorView* part : parts) {
+    if (part == nullptr) return {};
+    const std::vector<float> values = to_f32(*part);
+    out.insert(out.end(), values.begin(), values.end());
+  }
+  return out;
+}
+
 LlamaWeights load_llama_weights(const std::filesystem::path& model_dir) {
   const LlamaCheckpoint checkpoint = open_llama_checkpoint(model_dir);
   if (const std::string feature = first_unsupported_feature(checkpoint); !feature.empty()) {

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -98,6 +99,14 @@ LlamaCheckpoint open_gguf_checkpoint(const std::filesystem::path& gguf_file);
 // The .gguf file `model_path` names (itself, or the only .gguf in a folder without
 // config.json); nullopt for a Hugging Face folder.
 std::optional<std::filesystem::path> find_gguf_file(const std::filesystem::path& model_path);
+
+// A norm's weights in float32 plus `offset` (Gemma's Hugging Face norms store w of 1 + w);
+// empty when `view` is null (the family has no such norm).
+std::vector<float> checkpoint_norm_f32(const TensorView* view, float offset);
+// The tensors of stacked projections (q/k/v or gate/up biases) concatenated in float32, in
+// the order given; empty when any part is null (the family has none). One optional tensor
+// is a stack of one.
+std::vector<float> stacked_f32(std::initializer_list<const TensorView*> parts);
 
 // Loads the weights of a plain Llama model (no biases, norms or scaling the float32 path does
 // not model; the CUDA executor's input) in float32, from either format (Hugging Face names:

@@ -73,6 +73,36 @@ std::vector<std::vector<int32_t>> generate(const EngineConfig& config,
   return out;
 }
 
+// Executor options for comparisons at float32 tolerance: float32 weights and cache.
+CudaExecutorOptions float32_options(int block_size, int num_device_blocks) {
+  CudaExecutorOptions options;
+  options.block_size = block_size;
+  options.num_device_blocks = num_device_blocks;
+  options.weight_dtype = "float32";
+  options.kv_cache_dtype = "float32";
+  return options;
+}
+
+// A scheduled sequence sampled greedily that also asks for its top 8 logprobs.
+ScheduledSequence greedy_top8(uint64_t seq_id, std::vector<int32_t> tokens, int computed,
+                              std::vector<int32_t> table) {
+  static const auto params = [] {
+    model::SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    return std::make_shared<const model::SamplingParams>(greedy);
+  }();
+  ScheduledSequence s;
+  s.seq_id = seq_id;
+  s.new_token_ids = std::move(tokens);
+  s.num_computed_tokens = computed;
+  s.block_table = std::move(table);
+  s.sample = true;
+  s.sampling = params;
+  s.sample_seeds = {0};
+  s.num_top_logprobs = 8;
+  return s;
+}
+
 TEST(CudaExecutor, GreedyGenerationEqualsCpu) {
   REQUIRE_GPU_AND_MODEL();
   const model::SamplingParams params = testing_util::greedy(48);
@@ -301,30 +331,9 @@ TEST_P(CudaFamilies, TopLogprobsEqualCpu) {
   const model::LlamaCheckpoint checkpoint = model::open_llama_checkpoint(model_path);
 
   const int block_size = 16;
-  CudaExecutorOptions options;
-  options.block_size = block_size;
-  options.num_device_blocks = 16;
-  options.weight_dtype = "float32";
-  options.kv_cache_dtype = "float32";
-  CudaExecutor gpu(checkpoint, options);
+  CudaExecutor gpu(checkpoint, float32_options(block_size, 16));
   CpuExecutor cpu(checkpoint, block_size, 16, 0, 1);
-
-  model::SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  const auto params = std::make_shared<const model::SamplingParams>(greedy);
-  auto sequence = [&](uint64_t id, std::vector<int32_t> tokens, int computed,
-                      std::vector<int32_t> table) {
-    ScheduledSequence s;
-    s.seq_id = id;
-    s.new_token_ids = std::move(tokens);
-    s.num_computed_tokens = computed;
-    s.block_table = std::move(table);
-    s.sample = true;
-    s.sampling = params;
-    s.sample_seeds = {0};
-    s.num_top_logprobs = 8;
-    return s;
-  };
+  const auto sequence = greedy_top8;
   std::vector<int32_t> a(40), b(21);
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<int32_t>(1 + (i * 37) % 599);
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int32_t>(1 + (i * 91 + 5) % 599);
@@ -461,6 +470,61 @@ TEST(CudaExecutor, KvCacheMemorySizesThePool) {
                               config.block_size * mc.head_dim * 4;  // keys and values, float32
   EXPECT_EQ(engine.scheduler().block_manager().num_total_device_blocks(),
             (int64_t{3} << 20) / block_bytes);
+}
+
+// Decode steps replayed from CUDA graphs (padded to power-of-two batches, tables and split-K
+// partition counts) against the same steps run eagerly: same top logprobs, batches of 5, 3, 1
+// and 5 again (a replay of the first graph), with split-K forced by 32-token partitions.
+TEST(CudaExecutor, DecodeGraphsMatchEagerSteps) {
+  REQUIRE_GPU_AND_MODEL();
+  const int block_size = 16;
+  CudaExecutorOptions options = float32_options(block_size, 128);
+  options.attention_partition_size = 32;
+  CudaExecutor graphed(model::load_llama_weights(testing::stories260k_dir()), options);
+  options.cuda_graphs = false;
+  CudaExecutor eager(model::load_llama_weights(testing::stories260k_dir()), options);
+
+  std::vector<std::vector<int32_t>> prompts = test_prompts();
+  prompts.resize(5);
+  std::vector<std::vector<int32_t>> tables(prompts.size());
+  std::vector<int> lengths(prompts.size());
+  int next_block = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    lengths[i] = static_cast<int>(prompts[i].size());
+    for (int b = 0; b < (lengths[i] + 8) / block_size + 1; ++b) tables[i].push_back(next_block++);
+  }
+  auto sequence = [&](size_t i, std::vector<int32_t> tokens, int computed) {
+    return greedy_top8(i + 1, std::move(tokens), computed, tables[i]);
+  };
+  StepInput prefill;
+  for (size_t i = 0; i < prompts.size(); ++i) prefill.seqs.push_back(sequence(i, prompts[i], 0));
+  for (Executor* e : {static_cast<Executor*>(&graphed), static_cast<Executor*>(&eager)}) {
+    e->execute(prefill);
+  }
+  const std::vector<std::vector<size_t>> decode_batches = {
+      {0, 1, 2, 3, 4}, {1, 3, 4}, {2}, {0, 1, 2, 3, 4}};
+  int step = 0;
+  for (const auto& members : decode_batches) {
+    StepInput in;
+    in.step_id = static_cast<uint64_t>(++step);
+    for (size_t i : members)
+      in.seqs.push_back(sequence(i, {static_cast<int32_t>(40 + i)}, lengths[i]));
+    const StepOutput want = eager.execute(in);
+    const StepOutput got = graphed.execute(in);
+    for (size_t i : members) ++lengths[i];
+    ASSERT_EQ(got.seqs.size(), want.seqs.size());
+    for (size_t q = 0; q < want.seqs.size(); ++q) {
+      ASSERT_EQ(got.seqs[q].top_logprobs.size(), 8u);
+      EXPECT_EQ(got.seqs[q].samples[0].token_id, want.seqs[q].samples[0].token_id)
+          << "step " << step << " seq " << q;
+      for (size_t k = 0; k < 8; ++k) {
+        EXPECT_NEAR(got.seqs[q].top_logprobs[k].logprob, want.seqs[q].top_logprobs[k].logprob, 1e-4)
+            << "step " << step << " seq " << q << " #" << k;
+      }
+    }
+  }
+  EXPECT_EQ(graphed.graph_launches(), decode_batches.size());
+  EXPECT_EQ(eager.graph_launches(), 0u);
 }
 
 TEST(CudaExecutor, RefusesBadInputWithAClearError) {

@@ -4,7 +4,8 @@
 //     ratio of (1); split-K for one long sequence, with and without the split.
 //  3. End-to-end output tokens/s of the CudaExecutor on a random-weight Llama-3.2-1B-shaped
 //     model (about 1.24B parameters, bfloat16) at batch 1, 32 and 256: 128-token prompts then
-//     128 generated tokens per sequence, greedy (and one seeded top-p run at batch 32).
+//     128 generated tokens per sequence, greedy (and one seeded top-p run at batch 32), with
+//     decode CUDA graphs; batch 1 and 32 also eagerly (--enforce-eager) for comparison.
 // Usage: cuda_bench [--out FILE] [--quick] [--attention-only]
 //   --quick: smaller shapes, for a smoke run; --attention-only: no end-to-end model (profiling)
 #include <cuda_runtime.h>
@@ -384,16 +385,30 @@ int main(int argc, char** argv) {
     options.max_num_batched_tokens = 8192;
     options.max_num_seqs = 256;
     options.gpu_memory_utilization = 0.9;
+    const int gen = quick ? 32 : 128;
+    {
+      // Every decode step launched eagerly (--enforce-eager), for comparison: batch 1 and 32.
+      options.cuda_graphs = false;
+      CudaExecutor eager(weights, options);
+      for (int batch : {1, 32}) {
+        nlohmann::json row = end_to_end(eager, batch, 128, gen, 8192, false);
+        row["cuda_graphs"] = false;
+        result["end_to_end"].push_back(row);
+      }
+      options.cuda_graphs = true;
+    }
     const auto load_start = Clock::now();
     CudaExecutor executor(std::move(weights), options);
     result["model"]["load_seconds"] =
         std::chrono::duration<double>(Clock::now() - load_start).count();
     result["model"]["kv_blocks"] = executor.num_device_blocks();
-    const int gen = quick ? 32 : 128;
     for (int batch : {1, 32, 256}) {
       result["end_to_end"].push_back(end_to_end(executor, batch, 128, gen, 8192, false));
+      result["end_to_end"].back()["cuda_graphs"] = true;
     }
     result["end_to_end"].push_back(end_to_end(executor, 32, 128, gen, 8192, true));
+    result["end_to_end"].back()["cuda_graphs"] = true;
+    result["decode_graph_launches"] = executor.graph_launches();
     const std::string text = result.dump(2);
     if (!out_path.empty()) {
       std::ofstream(out_path) << text << "\n";
