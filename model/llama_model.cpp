@@ -78,15 +78,6 @@ WeightFormat lm_head_format(const WeightFormat& format) {
 
 }  // namespace
 
-namespace {
-
-// Norm weights as the kernels use them: Hugging Face Gemma stores w for a (1 + w) norm.
-LayerConfig layer_settings(const ModelConfig& c, size_t l) {
-  return l < c.layers.size() ? c.layers[l] : LayerConfig{};
-}
-
-}  // namespace
-
 LlamaModel::LlamaModel(const LlamaWeights& w, kernels::ThreadPool* pool, kernels::Isa isa)
     : config_(w.config),
       embed_tokens_(w.embed_tokens, w.config.hidden_size),
@@ -102,7 +93,7 @@ LlamaModel::LlamaModel(const LlamaWeights& w, kernels::ThreadPool* pool, kernels
     layer.wo = pack_stacked({&lw.wo}, config_.num_attention_heads * config_.head_dim);
     layer.w_gate_up = pack_stacked({&lw.w_gate, &lw.w_up}, hidden);
     layer.w_down = pack_stacked({&lw.w_down}, config_.intermediate_size);
-    layer.settings = layer_settings(config_, layers_.size() - 1);
+    layer.settings = config_.layer_config(layers_.size() - 1);
   }
   lm_head_ = pack_stacked({&w.output_projection()}, hidden);
   init_rope();
@@ -132,7 +123,7 @@ LlamaModel::LlamaModel(const LlamaCheckpoint& checkpoint, kernels::ThreadPool* p
     layer.w_gate_up = t.w_gate_up ? LinearWeight::from_views({t.w_gate_up}, format)
                                   : LinearWeight::from_views({t.w_gate, t.w_up}, format);
     layer.w_down = LinearWeight::from_views({t.w_down}, format);
-    layer.settings = layer_settings(config_, layers_.size() - 1);
+    layer.settings = config_.layer_config(layers_.size() - 1);
   }
   lm_head_ = LinearWeight::from_views({&checkpoint.output_projection()}, lm_head_format(format));
   init_rope();

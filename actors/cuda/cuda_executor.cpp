@@ -89,10 +89,6 @@ HostLayer host_layer(const model::LlamaLayerTensors& t, float norm_offset) {
   return h;
 }
 
-model::LayerConfig layer_settings(const model::ModelConfig& c, size_t l) {
-  return l < c.layers.size() ? c.layers[l] : model::LayerConfig{};
-}
-
 }  // namespace
 
 size_t cuda_kv_dtype_bytes(const CudaExecutorOptions& options, const std::string& torch_dtype) {
@@ -180,7 +176,7 @@ void CudaExecutor::Impl::start(const model::ModelConfig& model_config,
 
 void CudaExecutor::Impl::upload_layer(size_t l, HostLayer&& w, DeviceBuffer& staging) {
   LayerWeights& d = layers.at(l);
-  d.settings = layer_settings(config, l);
+  d.settings = config.layer_config(l);
   using Upload = std::pair<DeviceBuffer*, std::vector<float>*>;
   const Upload float32_tensors[] = {{&d.input_norm, &w.input_norm},
                                     {&d.post_norm, &w.post_norm},
@@ -241,16 +237,15 @@ CudaExecutor::CudaExecutor(const model::LlamaCheckpoint& checkpoint,
 
 // Workspace for the largest step the scheduler may send, then the KV pool from what is left.
 void CudaExecutor::Impl::finish_set_up() {
-  Impl& s = *this;
   const model::ModelConfig& c = config;
-  s.reserve_workspace(options.max_num_batched_tokens,
-                      std::min(options.max_num_seqs, options.max_num_batched_tokens));
-  s.reserve_sort(1);
-  s.block_bytes = static_cast<size_t>(c.num_key_value_heads) * options.block_size * c.head_dim *
-                  kc::dtype_size(s.kv_dtype);
-  const size_t bytes_per_block = 2 * static_cast<size_t>(c.num_hidden_layers) * s.block_bytes;
+  reserve_workspace(options.max_num_batched_tokens,
+                    std::min(options.max_num_seqs, options.max_num_batched_tokens));
+  reserve_sort(1);
+  block_bytes = static_cast<size_t>(c.num_key_value_heads) * options.block_size * c.head_dim *
+                kc::dtype_size(kv_dtype);
+  const size_t bytes_per_block = 2 * static_cast<size_t>(c.num_hidden_layers) * block_bytes;
   if (options.num_device_blocks > 0) {
-    s.num_blocks = options.num_device_blocks;
+    num_blocks = options.num_device_blocks;
   } else {
     size_t free_bytes = 0, total_bytes = 0;
     check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
@@ -265,21 +260,21 @@ void CudaExecutor::Impl::finish_set_up() {
           " MiB after the weights; raise --gpu-memory-utilization (now " +
           std::to_string(options.gpu_memory_utilization) + ")");
     }
-    s.num_blocks = static_cast<int>(std::min<double>(blocks, std::numeric_limits<int>::max()));
+    num_blocks = static_cast<int>(std::min<double>(blocks, std::numeric_limits<int>::max()));
   }
-  s.kv_pool.reserve(bytes_per_block * s.num_blocks);
-  check_cuda(cudaMemset(s.kv_pool.get(), 0, bytes_per_block * s.num_blocks), "cudaMemset (KV)");
-  s.num_cpu_blocks = std::max(options.num_cpu_blocks, 0);
-  if (s.num_cpu_blocks > 0) s.swap_pool.reserve(bytes_per_block * s.num_cpu_blocks);
+  kv_pool.reserve(bytes_per_block * num_blocks);
+  check_cuda(cudaMemset(kv_pool.get(), 0, bytes_per_block * num_blocks), "cudaMemset (KV)");
+  num_cpu_blocks = std::max(options.num_cpu_blocks, 0);
+  if (num_cpu_blocks > 0) swap_pool.reserve(bytes_per_block * num_cpu_blocks);
 
   std::vector<void*> buffers(2 * c.num_hidden_layers);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const kc::KvCacheLayout layer = s.layer_cache(l);
+    const kc::KvCacheLayout layer = layer_cache(l);
     buffers[2 * l] = layer.key;
     buffers[2 * l + 1] = layer.value;
   }
-  s.kv_buffer_ptrs.reserve(buffers.size() * sizeof(void*));
-  check_cuda(cudaMemcpy(s.kv_buffer_ptrs.get(), buffers.data(), buffers.size() * sizeof(void*),
+  kv_buffer_ptrs.reserve(buffers.size() * sizeof(void*));
+  check_cuda(cudaMemcpy(kv_buffer_ptrs.get(), buffers.data(), buffers.size() * sizeof(void*),
                         cudaMemcpyHostToDevice),
              "cudaMemcpy (KV pointers)");
   // The set-up ran on the legacy default stream, which the non-blocking compute stream does
@@ -381,7 +376,7 @@ void CudaExecutor::Impl::forward(const model::ForwardBatch& batch) {
     return;
   }
   UploadPack pack;
-  const StepPlan plan = plan_step(batch, 0, pack);
+  const StepPlan plan = plan_step(batch, /*bucket_partitions=*/false, pack);
   pack.upload(metadata_pinned, metadata, compute);
   launch(plan, metadata.get<char>());
 }
@@ -398,9 +393,9 @@ int CudaExecutor::Impl::partition_for(int num_work_items, int max_seq_len) const
   return 0;
 }
 
-// Packs the step's metadata and sizes the workspace. num_partitions > 0 fixes the split-K
-// partition count (a graph's); 0 derives it from the batch.
-StepPlan CudaExecutor::Impl::plan_step(const model::ForwardBatch& batch, int num_partitions,
+// Packs the step's metadata and sizes the workspace. bucket_partitions rounds a split-K
+// partition count up to a power of two (a graph's shape; the extra partitions are empty).
+StepPlan CudaExecutor::Impl::plan_step(const model::ForwardBatch& batch, bool bucket_partitions,
                                        UploadPack& pack) {
   const model::ModelConfig& c = config;
   StepPlan plan;
@@ -418,7 +413,11 @@ StepPlan CudaExecutor::Impl::plan_step(const model::ForwardBatch& batch, int num
   plan.max_seq_len = *std::max_element(batch.seq_lens.begin(), batch.seq_lens.end());
   plan.partition_size = partition_for(plan.num_work_items, plan.max_seq_len);
   if (plan.partition_size > 0) {
-    if (num_partitions > 0) plan.max_seq_len = num_partitions * plan.partition_size;
+    if (bucket_partitions) {
+      plan.max_seq_len =
+          plan.partition_size * model::decode_graph_bucket(kc::attention_num_partitions(
+                                    plan.max_seq_len, plan.partition_size));
+    }
     const size_t rows = static_cast<size_t>(plan.num_tokens) * c.num_attention_heads *
                         kc::attention_num_partitions(plan.max_seq_len, plan.partition_size);
     bool moved = partial_out.reserve(rows * c.head_dim * 4);
@@ -456,19 +455,11 @@ void CudaExecutor::Impl::run_decode_graph(const model::ForwardBatch& batch) {
   model::DecodeGraphKey key;
   key.batch = model::decode_graph_bucket(batch.num_seqs());
   key.table_width = model::decode_graph_bucket(std::max(batch.max_blocks_per_seq, 1));
-  const int max_seq_len = *std::max_element(batch.seq_lens.begin(), batch.seq_lens.end());
-  // One query token per sequence: group rows, in blocks of kAttentionRowsPerBlock.
-  const int group = config.num_attention_heads / config.num_key_value_heads;
-  const int work_items =
-      key.batch * ((group + kc::kAttentionRowsPerBlock - 1) / kc::kAttentionRowsPerBlock);
-  key.partition_size = partition_for(work_items, max_seq_len);
-  if (key.partition_size > 0) {
-    key.num_partitions =
-        model::decode_graph_bucket(kc::attention_num_partitions(max_seq_len, key.partition_size));
-  }
   const model::ForwardBatch padded = model::pad_decode_batch(batch, key);
   UploadPack pack;
-  const StepPlan plan = plan_step(padded, key.partition_size > 0 ? key.num_partitions : 0, pack);
+  const StepPlan plan = plan_step(padded, /*bucket_partitions=*/true, pack);
+  key.partition_size = plan.partition_size;
+  key.num_partitions = plan.partition_size > 0 ? plan.max_seq_len / plan.partition_size : 1;
   if (pack.upload(metadata_pinned, graph_metadata, compute)) drop_graphs();
 
   auto it = graphs.find(key);
@@ -536,15 +527,17 @@ void CudaExecutor::Impl::launch(const StepPlan& plan, const char* md) {
   attention.partial_sum = partial_sum.get<float>();
   const int32_t* positions = reinterpret_cast<const int32_t*>(at(plan.off_pos));
   const int64_t* slots = reinterpret_cast<const int64_t*>(at(plan.off_slots));
-  step_uses_long =
-      plan.uses_long ? reinterpret_cast<const int32_t*>(at(plan.off_uses_long)) : nullptr;
+  // LongRoPE's per-token choice of table for this step (global layers only).
+  kc::RopeArgs global_rope = rope_global;
+  if (plan.uses_long)
+    global_rope.uses_long = reinterpret_cast<const int32_t*>(at(plan.off_uses_long));
 
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& w = layers[l];
     check_cuda(kc::rms_norm(xf, w.input_norm.get<float>(), hf, num_tokens, hidden, c.rms_norm_eps,
                             compute),
                "rms_norm");
-    attention_block(w, attention, positions, slots, num_tokens, l);
+    attention_block(w, attention, global_rope, positions, slots, num_tokens, l);
     check_cuda(
         kc::rms_norm(xf, w.post_norm.get<float>(), hf, num_tokens, hidden, c.rms_norm_eps, compute),
         "rms_norm");
@@ -573,8 +566,8 @@ void CudaExecutor::Impl::launch(const StepPlan& plan, const char* md) {
 // q/k/v in one GEMM (split with the bias added), the family's q/k norms and RoPE, the cache
 // write, attention, and the output projection added to the residual.
 void CudaExecutor::Impl::attention_block(const LayerWeights& w, kc::AttentionParams& attention,
-                                         const int32_t* positions, const int64_t* slots,
-                                         int num_tokens, int layer) {
+                                         const kc::RopeArgs& global_rope, const int32_t* positions,
+                                         const int64_t* slots, int num_tokens, int layer) {
   const model::ModelConfig& c = config;
   const int hidden = c.hidden_size;
   const int head_dim = c.head_dim;
@@ -597,8 +590,7 @@ void CudaExecutor::Impl::attention_block(const LayerWeights& w, kc::AttentionPar
                "rms_norm (k)");
   }
   if (w.settings.use_rope) {
-    kc::RopeArgs rope = w.settings.local_rope ? rope_local : rope_global;
-    if (!w.settings.local_rope) rope.uses_long = step_uses_long;
+    const kc::RopeArgs& rope = w.settings.local_rope ? rope_local : global_rope;
     check_cuda(kc::rope_rotate_half_partial(qf, kf, positions, num_tokens, c.num_attention_heads,
                                             c.num_key_value_heads, head_dim, rope, compute),
                "rope_rotate_half_partial");

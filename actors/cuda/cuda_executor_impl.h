@@ -206,7 +206,6 @@ struct CudaExecutor::Impl {
   kc::RopeArgs rope_global, rope_local;
   DeviceBuffer rope_global_freq, rope_local_freq, rope_global_freq_long;
   int rope_long_after = 0;
-  const int32_t* step_uses_long = nullptr;  // this step's per-token choice (device), LongRoPE
 
   // KV: [layer][key, value][num_blocks][block bytes]; swap pool: the same with num_cpu_blocks.
   int num_blocks = 0;
@@ -354,11 +353,12 @@ struct CudaExecutor::Impl {
   void apply_block_copies(const StepInput& input);
   void forward(const model::ForwardBatch& batch);
   int partition_for(int num_work_items, int max_seq_len) const;
-  StepPlan plan_step(const model::ForwardBatch& batch, int num_partitions, UploadPack& pack);
+  StepPlan plan_step(const model::ForwardBatch& batch, bool bucket_partitions, UploadPack& pack);
   void run_decode_graph(const model::ForwardBatch& batch);
   void launch(const StepPlan& plan, const char* md);
   void attention_block(const LayerWeights& w, kc::AttentionParams& attention,
-                       const int32_t* positions, const int64_t* slots, int num_tokens, int layer);
+                       const kc::RopeArgs& global_rope, const int32_t* positions,
+                       const int64_t* slots, int num_tokens, int layer);
   void mlp_block(const LayerWeights& w, int num_tokens);
   // x += out, where out is a projection's output (bias, post-norm if the family has them).
   void add_projection(const void* in, const DeviceBuffer& weight, const DeviceBuffer& bias,

@@ -80,6 +80,8 @@ struct ModelConfig {
 
   float softmax_scale() const;  // attention_scale, or 1 / sqrt(head_dim)
   int rope_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  // Layer l's settings (defaults past the filled ones, as for hand-built configs).
+  LayerConfig layer_config(size_t l) const { return l < layers.size() ? layers[l] : LayerConfig{}; }
   // The largest sliding window of any layer, or 0 when some layer sees the whole context.
   int max_window_of_all_layers() const;
 };
