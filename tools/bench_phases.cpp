@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "actors/engine_setup.h"
@@ -32,6 +33,11 @@ const char* const kPhasesHelp =
     "  --output-tokens N   decode steps timed (default 64)\n"
     "  --threads T         kernel threads, the caller included (default 0: one per core)\n"
     "  --bandwidth GBPS    roofline bandwidth; default: measured with a read loop at start\n"
+    "  --interleave-probe  also read as many bytes as each decode step reads, right after it,\n"
+    "                      with the same threads (a 1 GiB ring: both stream from memory), and\n"
+    "                      report each step against the probes around it\n"
+    "                      (roofline_fraction_interleaved): on a shared machine the bandwidth\n"
+    "                      moves during a run\n"
     "  --block-size S      KV cache block size in tokens (default 16)\n"
     "  --kv-cache-dtype D  auto (the weights'), float32, float16, bfloat16 (default auto)\n"
     "  --quantization Q    quantize float weights at load: q8_0, q4_0, q4_k, ... (default none)\n"
@@ -82,7 +88,7 @@ int run_bench_phases(const std::vector<std::string>& args) {
       "model",      "batch",  "prompt-tokens", "output-tokens",  "threads",     "bandwidth",
       "block-size", "repeat", "seed",          "kv-cache-dtype", "quantization"};
   value_flags.insert(kBenchSamplingFlags.begin(), kBenchSamplingFlags.end());
-  const CliFlags flags(args, value_flags, {"json", "help"});
+  const CliFlags flags(args, value_flags, {"json", "help", "interleave-probe"});
   if (flags.has("help")) {
     std::cout << kPhasesHelp << kBenchSamplingHelp << kPhasesNote;
     return 0;
@@ -164,6 +170,12 @@ int run_bench_phases(const std::vector<std::string>& args) {
   std::vector<double> step_s;
   std::vector<double> achieved_gbps;
   double bytes_at_median_context = 0;
+  std::optional<kernels::ReadProbe> probe;
+  std::vector<double> probe_gbps;  // probe i read right after step i (and one before step 0)
+  if (flags.has("interleave-probe")) {
+    probe.emplace();
+    probe_gbps.push_back(probe->read_gbps(&pool, static_cast<size_t>(weight_bytes)));
+  }
   for (int step = 0; step < output_tokens; ++step) {
     const int position = prompt_tokens + step;
     model::ForwardBatch batch;
@@ -183,9 +195,15 @@ int run_bench_phases(const std::vector<std::string>& args) {
     if (step == output_tokens / 2) bytes_at_median_context = bytes;
     step_s.push_back(seconds);
     achieved_gbps.push_back(bytes / seconds / 1e9);
+    if (probe) probe_gbps.push_back(probe->read_gbps(&pool, static_cast<size_t>(bytes)));
   }
   const double step_median_s = median(step_s);
   const double achieved = median(achieved_gbps);
+  // Each step against the mean of the probes just before and just after it.
+  std::vector<double> interleaved_fraction;
+  for (size_t i = 0; probe && i < achieved_gbps.size(); ++i) {
+    interleaved_fraction.push_back(achieved_gbps[i] / (0.5 * (probe_gbps[i] + probe_gbps[i + 1])));
+  }
 
   nlohmann::ordered_json out = {
       {"model", model_dir},
@@ -217,6 +235,12 @@ int run_bench_phases(const std::vector<std::string>& args) {
       {"bytes_per_decode_step", bytes_at_median_context},
       {"decode_achieved_gbps", achieved},
       {"roofline_fraction", achieved / bandwidth}};
+  if (probe) {
+    out["probe_gbps_median"] = median(probe_gbps);
+    out["probe_gbps_min"] = *std::min_element(probe_gbps.begin(), probe_gbps.end());
+    out["probe_gbps_max"] = *std::max_element(probe_gbps.begin(), probe_gbps.end());
+    out["roofline_fraction_interleaved"] = median(interleaved_fraction);
+  }
   if (flags.has("json")) {
     std::cout << out.dump() << "\n";
   } else {

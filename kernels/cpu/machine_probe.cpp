@@ -115,7 +115,42 @@ double fma_loop_flops(Isa isa) {
   return 2.0 * 16 * (kFmaIterations / 16);
 }
 
+float sum_floats(Isa isa, const float* p, size_t n) {
+  return isa == Isa::kAvx512 ? sum_avx512(p, n)
+         : isa == Isa::kAvx2 ? sum_avx2(p, n)
+                             : sum_portable(p, n);
+}
+
 }  // namespace
+
+ReadProbe::ReadProbe(size_t buffer_bytes, Isa isa)
+    : floats_(std::max<size_t>(buffer_bytes / sizeof(float), 1 << 20) & ~size_t{63}), isa_(isa) {
+  data_ = static_cast<float*>(allocate_huge_aligned(floats_ * sizeof(float), 64));
+  std::memset(data_, 0, floats_ * sizeof(float));  // every page touched before timing
+}
+
+ReadProbe::~ReadProbe() { free_huge_aligned(data_, floats_ * sizeof(float), 64); }
+
+double ReadProbe::read_gbps(ThreadPool* pool, size_t bytes) {
+  const size_t n = std::clamp<size_t>(bytes / sizeof(float) & ~size_t{63}, 64, floats_);
+  constexpr size_t kChunk = size_t{1} << 18;  // floats per task: 1 MiB
+  const int64_t num_tasks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
+  std::vector<float> sinks(static_cast<size_t>(num_tasks));
+  const size_t start = next_;
+  const auto begin = Clock::now();
+  parallel_for_contiguous(pool, num_tasks, 1e12, [&](int64_t task) {
+    // A range that runs past the ring's end goes on from its start.
+    const size_t first = (start + static_cast<size_t>(task) * kChunk) % floats_;
+    const size_t len = std::min(kChunk, n - static_cast<size_t>(task) * kChunk);
+    const size_t head = std::min(len, floats_ - first);
+    sinks[task] = sum_floats(isa_, data_ + first, head) + sum_floats(isa_, data_, len - head);
+  });
+  const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+  next_ = (start + n) % floats_;
+  volatile float sink = 0;
+  for (float s : sinks) sink = sink + s;
+  return static_cast<double>(n * sizeof(float)) / seconds / 1e9;
+}
 
 double measure_read_bandwidth_gbps(ThreadPool* pool, size_t buffer_bytes, int repeats, Isa isa) {
   const size_t n = buffer_bytes / sizeof(float);

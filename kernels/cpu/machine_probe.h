@@ -17,6 +17,29 @@ class ThreadPool;
 double measure_read_bandwidth_gbps(ThreadPool* pool, size_t buffer_bytes = size_t{1} << 30,
                                    int repeats = 5, Isa isa = best_isa());
 
+// A read-bandwidth probe to interleave with the steps a benchmark times. On a shared machine
+// (a VM whose neighbours use the same memory controllers) the bandwidth available moves by
+// tens of percent from one minute to the next, so a roofline measured once, before the run,
+// flatters or wrongs every step after it. Each read(bytes) sums the next `bytes` of a ring
+// buffer larger than the last-level cache (so every read streams from memory, as the
+// weights of a step do, and evicts them, so the next step streams them too), split over the
+// pool's threads as contiguous shares, and returns its GB/s.
+class ReadProbe {
+ public:
+  explicit ReadProbe(size_t buffer_bytes = size_t{1} << 30, Isa isa = best_isa());
+  ~ReadProbe();
+  ReadProbe(const ReadProbe&) = delete;
+  ReadProbe& operator=(const ReadProbe&) = delete;
+
+  double read_gbps(ThreadPool* pool, size_t bytes);
+
+ private:
+  float* data_ = nullptr;
+  size_t floats_ = 0;
+  size_t next_ = 0;  // where the next read starts, in floats
+  Isa isa_;
+};
+
 // Best-of-`repeats` fp32 FLOP/s (an FMA counts 2) of independent FMA chains on every thread of
 // the pool, in GFLOP/s.
 double measure_fma_peak_gflops(ThreadPool* pool, int repeats = 5, Isa isa = best_isa());
