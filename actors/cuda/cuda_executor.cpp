@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -142,6 +143,9 @@ void CudaExecutor::Impl::start(const model::ModelConfig& model_config,
   check_cuda(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking), "cudaStreamCreate");
   check_cuda(cudaEventCreateWithFlags(&compute_done, cudaEventDisableTiming), "cudaEventCreate");
   check_cuda(cudaEventCreateWithFlags(&copy_done, cudaEventDisableTiming), "cudaEventCreate");
+  for (cudaEvent_t* e : {&forward_start, &forward_end, &step_end}) {
+    check_cuda(cudaEventCreate(e), "cudaEventCreate (timing)");
+  }
   check_cublas(cublasCreate(&cublas), "cublasCreate");
   check_cublas(cublasSetStream(cublas, compute), "cublasSetStream");
   // cuBLAS must not allocate while a decode graph is captured: its workspace is given now.
@@ -295,6 +299,7 @@ std::string CudaExecutor::weight_dtype() const { return kc::dtype_name(impl_->we
 std::string CudaExecutor::kv_cache_dtype() const { return kc::dtype_name(impl_->kv_dtype); }
 std::string CudaExecutor::device_name() const { return impl_->device_name; }
 size_t CudaExecutor::graph_launches() const { return impl_->graph_launches; }
+CudaStepTimes CudaExecutor::step_times() const { return impl_->times; }
 
 // Swaps on the copy stream after the compute stream's earlier work (a swap-out reads blocks the
 // previous step wrote); the compute stream then waits for every swap, since blocks swapped out
@@ -652,11 +657,15 @@ StepOutput CudaExecutor::execute(const StepInput& input) {
   Impl& s = *impl_;
   // The current device is per host thread, and the engine calls this from its executor thread.
   check_cuda(cudaSetDevice(s.options.device), "cudaSetDevice");
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
   s.apply_block_copies(input);
+  const double copies_s = std::chrono::duration<double>(Clock::now() - start).count();
   if (input.seqs.empty()) {
     check_cuda(cudaStreamSynchronize(s.compute), "cudaStreamSynchronize");
     StepOutput output;
     output.step_id = input.step_id;
+    output.times.copies_s = std::chrono::duration<double>(Clock::now() - start).count();
     return output;
   }
   model::ForwardBatch batch;
@@ -672,8 +681,14 @@ StepOutput CudaExecutor::execute(const StepInput& input) {
     batch.add_sequence(seq.new_token_ids, seq.num_computed_tokens, seq.block_table,
                        s.options.block_size, seq.sample);
   }
+  // The events sit outside any graph capture: forward() begins and ends its own.
+  check_cuda(cudaEventRecord(s.forward_start, s.compute), "cudaEventRecord (forward start)");
   s.forward(batch);
-  return s.sample(input, static_cast<int>(batch.logits_indices.size()));
+  check_cuda(cudaEventRecord(s.forward_end, s.compute), "cudaEventRecord (forward end)");
+  s.times.host_prepare_s += std::chrono::duration<double>(Clock::now() - start).count();
+  StepOutput output = s.sample(input, static_cast<int>(batch.logits_indices.size()));
+  output.times.copies_s = copies_s;
+  return output;
 }
 
 }  // namespace pagedserve::actors

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -46,6 +47,21 @@ int cuda_device_count();
 // no device.
 size_t cuda_kv_dtype_bytes(const CudaExecutorOptions& options, const std::string& torch_dtype);
 
+// Where the CUDA executor's steps spent their time, summed since it started over the steps
+// that sampled or computed rows (`steps`). Host times are wall clock on the executor thread;
+// GPU times are CUDA events on the compute stream. At batch 1 a decode step's GPU work is
+// short enough that the host's part decides the step: these say which part.
+struct CudaStepTimes {
+  uint64_t steps = 0;
+  double host_prepare_s = 0;  // execute() until the forward is enqueued: block copies, checks,
+                              // the step plan, metadata upload, launches or the graph replay
+  double host_sample_s = 0;   // sampling set-up and launches, until the step's final wait
+  double wait_s = 0;          // blocked in that wait: the GPU still running the step
+  double host_results_s = 0;  // the results unpacked into the StepOutput after it
+  double gpu_forward_s = 0;   // the forward on the GPU
+  double gpu_sampling_s = 0;  // sampling kernels and result copies on the GPU
+};
+
 class CudaExecutor final : public Executor {
  public:
   // Throws std::runtime_error naming the CUDA or cuBLAS failure (no device, out of memory) and
@@ -73,6 +89,7 @@ class CudaExecutor final : public Executor {
   std::string device_name() const;
   // Decode steps that replayed a CUDA graph so far.
   size_t graph_launches() const;
+  CudaStepTimes step_times() const;
 
  private:
   struct Impl;

@@ -6,6 +6,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <stdexcept>
@@ -197,6 +198,10 @@ struct CudaExecutor::Impl {
   cudaStream_t copy = nullptr;
   cudaEvent_t compute_done = nullptr;
   cudaEvent_t copy_done = nullptr;
+  // Timing events around a step's forward and sampling (CudaStepTimes).
+  cudaEvent_t forward_start = nullptr, forward_end = nullptr, step_end = nullptr;
+  CudaStepTimes times;
+  std::chrono::steady_clock::time_point sample_start;  // when sample() began, this step
   cublasHandle_t cublas = nullptr;
 
   DeviceBuffer embed_tokens, lm_head, final_norm;
@@ -242,6 +247,9 @@ struct CudaExecutor::Impl {
     if (cublas) cublasDestroy(cublas);
     if (compute_done) cudaEventDestroy(compute_done);
     if (copy_done) cudaEventDestroy(copy_done);
+    for (cudaEvent_t e : {forward_start, forward_end, step_end}) {
+      if (e) cudaEventDestroy(e);
+    }
     if (compute) cudaStreamDestroy(compute);
     if (copy) cudaStreamDestroy(copy);
   }
@@ -364,6 +372,8 @@ struct CudaExecutor::Impl {
   void add_projection(const void* in, const DeviceBuffer& weight, const DeviceBuffer& bias,
                       const DeviceBuffer& post_norm, int num_tokens, int in_width);
   StepOutput sample(const StepInput& input, int num_rows);
+  // Waits for the step's last work and adds its times (CudaStepTimes, output.times).
+  void finish_step(StepOutput& output);
 };
 
 }  // namespace pagedserve::actors

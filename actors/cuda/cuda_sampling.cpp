@@ -52,6 +52,7 @@ struct StepMasks {
 }  // namespace
 
 StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
+  sample_start = std::chrono::steady_clock::now();
   const int vocab = config.vocab_size;
   StepOutput output;
   output.step_id = input.step_id;
@@ -59,7 +60,7 @@ StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
   if (num_rows == 0) {
     // Nothing to sample (prompt chunks only); still finish the step, so the next one may reuse
     // the pinned staging buffers and errors surface here.
-    check_cuda(cudaStreamSynchronize(compute), "cudaStreamSynchronize (step)");
+    finish_step(output);
     return output;
   }
 
@@ -233,7 +234,8 @@ StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
     d2h(h_top_ids + top_offset, sort.ids_out + seg, t.k * 4);
     top_offset += t.k;
   }
-  check_cuda(cudaStreamSynchronize(compute), "cudaStreamSynchronize (step)");
+  finish_step(output);
+  const auto results_start = std::chrono::steady_clock::now();
 
   row = 0;
   size_t draw = 0;
@@ -266,7 +268,30 @@ StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
     }
     ++row;
   }
+  times.host_results_s +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - results_start).count();
   return output;
+}
+
+// The step's last wait: everything enqueued so far (forward, sampling, result copies) done.
+void CudaExecutor::Impl::finish_step(StepOutput& output) {
+  using Clock = std::chrono::steady_clock;
+  const auto wait_start = Clock::now();
+  check_cuda(cudaEventRecord(step_end, compute), "cudaEventRecord (step end)");
+  check_cuda(cudaStreamSynchronize(compute), "cudaStreamSynchronize (step)");
+  const auto waited = Clock::now();
+  float forward_ms = 0, sampling_ms = 0;
+  check_cuda(cudaEventElapsedTime(&forward_ms, forward_start, forward_end),
+             "cudaEventElapsedTime (forward)");
+  check_cuda(cudaEventElapsedTime(&sampling_ms, forward_end, step_end),
+             "cudaEventElapsedTime (sampling)");
+  ++times.steps;
+  times.host_sample_s += std::chrono::duration<double>(wait_start - sample_start).count();
+  times.wait_s += std::chrono::duration<double>(waited - wait_start).count();
+  times.gpu_forward_s += forward_ms / 1e3;
+  times.gpu_sampling_s += sampling_ms / 1e3;
+  output.times.forward_s = forward_ms / 1e3;
+  output.times.sampling_s = sampling_ms / 1e3;
 }
 
 }  // namespace pagedserve::actors

@@ -4,6 +4,7 @@
 // PAGEDSERVE_SHARED (tests/test_paths.h); the device check points that at a carried copy.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -525,6 +526,58 @@ TEST(CudaExecutor, DecodeGraphsMatchEagerSteps) {
   }
   EXPECT_EQ(graphed.graph_launches(), decode_batches.size());
   EXPECT_EQ(eager.graph_launches(), 0u);
+}
+
+// The step timers: every step with rows counted once, GPU times from events (positive, and
+// the graphed decode steps included), the host parts within the wall time around execute().
+TEST(CudaExecutor, StepTimesCoverEveryStepWithinItsWallTime) {
+  REQUIRE_GPU_AND_MODEL();
+  const int block_size = 16;
+  CudaExecutor gpu(model::load_llama_weights(testing::stories260k_dir()),
+                   float32_options(block_size, 64));
+  std::vector<std::vector<int32_t>> prompts = test_prompts();
+  prompts.resize(2);
+  std::vector<std::vector<int32_t>> tables(prompts.size());
+  std::vector<int> lengths(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    lengths[i] = static_cast<int>(prompts[i].size());
+    for (int b = 0; b < (lengths[i] + 8) / block_size + 1; ++b) {
+      tables[i].push_back(static_cast<int32_t>(i * 16 + b));
+    }
+  }
+  using Clock = std::chrono::steady_clock;
+  double wall_s = 0;
+  auto run = [&](const StepInput& in) {
+    const auto start = Clock::now();
+    const StepOutput out = gpu.execute(in);
+    wall_s += std::chrono::duration<double>(Clock::now() - start).count();
+    EXPECT_GT(out.times.forward_s, 0.0);
+    EXPECT_GT(out.times.sampling_s, 0.0);
+  };
+  StepInput prefill;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    prefill.seqs.push_back(greedy_top8(i + 1, prompts[i], 0, tables[i]));
+  }
+  run(prefill);
+  for (int step = 1; step <= 3; ++step) {
+    StepInput in;
+    in.step_id = static_cast<uint64_t>(step);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      in.seqs.push_back(
+          greedy_top8(i + 1, {static_cast<int32_t>(40 + step)}, lengths[i]++, tables[i]));
+    }
+    run(in);
+  }
+  const CudaStepTimes t = gpu.step_times();
+  EXPECT_EQ(t.steps, 4u);
+  EXPECT_GT(t.gpu_forward_s, 0.0);
+  EXPECT_GT(t.gpu_sampling_s, 0.0);
+  EXPECT_GT(t.host_prepare_s, 0.0);
+  const double host = t.host_prepare_s + t.host_sample_s + t.wait_s + t.host_results_s;
+  EXPECT_LE(host, wall_s);
+  EXPECT_GE(host, 0.9 * wall_s);  // nothing of a step's time left out
+  // The GPU's part cannot outlast the wall time it ran in (the events sit inside execute()).
+  EXPECT_LE(t.gpu_forward_s + t.gpu_sampling_s, wall_s);
 }
 
 TEST(CudaExecutor, RefusesBadInputWithAClearError) {

@@ -34,6 +34,7 @@ namespace {
 namespace kc = pagedserve::kernels::cuda;
 using pagedserve::actors::CudaExecutor;
 using pagedserve::actors::CudaExecutorOptions;
+using pagedserve::actors::CudaStepTimes;
 using pagedserve::actors::ScheduledSequence;
 using pagedserve::actors::StepInput;
 using pagedserve::actors::StepOutput;
@@ -288,6 +289,7 @@ nlohmann::json end_to_end(CudaExecutor& executor, int batch, int prompt_len, int
     generated += static_cast<int64_t>(out.seqs.size());
   }
   const auto t1 = Clock::now();
+  const CudaStepTimes before = executor.step_times();
   for (int g = 1; g < gen_len; ++g) {
     StepInput in;
     in.step_id = step_id++;
@@ -311,6 +313,18 @@ nlohmann::json end_to_end(CudaExecutor& executor, int batch, int prompt_len, int
       {"decode_ms_per_step", decode_s * 1e3 / std::max(1, gen_len - 1)},
       {"output_tokens_per_s", generated / (prefill_s + decode_s)},
       {"decode_tokens_per_s", static_cast<double>(batch) * (gen_len - 1) / decode_s}};
+  // Where a decode step's time went (CudaStepTimes), ms per step.
+  const CudaStepTimes after = executor.step_times();
+  const double steps = static_cast<double>(std::max<uint64_t>(1, after.steps - before.steps));
+  const auto per_step_ms = [&](double CudaStepTimes::*field) {
+    return (after.*field - before.*field) * 1e3 / steps;
+  };
+  j["decode_step_split_ms"] = {{"host_prepare", per_step_ms(&CudaStepTimes::host_prepare_s)},
+                               {"host_sample", per_step_ms(&CudaStepTimes::host_sample_s)},
+                               {"wait", per_step_ms(&CudaStepTimes::wait_s)},
+                               {"host_results", per_step_ms(&CudaStepTimes::host_results_s)},
+                               {"gpu_forward", per_step_ms(&CudaStepTimes::gpu_forward_s)},
+                               {"gpu_sampling", per_step_ms(&CudaStepTimes::gpu_sampling_s)}};
   std::cout << j.dump() << std::endl;
   return j;
 }
