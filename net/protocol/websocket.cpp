@@ -160,6 +160,8 @@ std::vector<std::string> WsResponseStream::on_event(size_t prompt_index,
   PromptState& prompt = prompts_[prompt_index];
   if (event.num_prompt_tokens > 0) prompt.num_prompt_tokens = event.num_prompt_tokens;
   prompt.num_cached_tokens = std::max(prompt.num_cached_tokens, event.num_cached_tokens);
+  prompt.num_proposed_tokens = std::max(prompt.num_proposed_tokens, event.num_proposed_tokens);
+  prompt.num_accepted_tokens = std::max(prompt.num_accepted_tokens, event.num_accepted_tokens);
   if (std::optional<ApiError> error = error_for_finish(event)) {
     frames.push_back(fail(*error));
     return frames;
@@ -193,6 +195,9 @@ void WsResponseStream::finish_choice(size_t prompt_index, size_t choice,
   usage.prompt_tokens = prompts_[prompt_index].num_prompt_tokens;
   usage.cached_tokens = prompts_[prompt_index].num_cached_tokens;
   usage.completion_tokens = choice_tokens_[choice];
+  // The request's counters so far (a prompt's choices share them, as its cached tokens).
+  usage.speculative_proposed_tokens = prompts_[prompt_index].num_proposed_tokens;
+  usage.speculative_accepted_tokens = prompts_[prompt_index].num_accepted_tokens;
   frames.push_back(ws_done_frame(id_, static_cast<int>(choice), finish_reason, usage));
 }
 

@@ -100,6 +100,8 @@ class WsResponseStream {
   struct PromptState {
     int num_prompt_tokens = 0;
     int num_cached_tokens = 0;
+    int64_t num_proposed_tokens = 0;  // speculative decoding: the request's running totals
+    int64_t num_accepted_tokens = 0;
     bool finished = false;
   };
 

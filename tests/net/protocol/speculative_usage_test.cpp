@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "net/protocol/response_assembler.h"
+#include "net/protocol/websocket.h"
 
 namespace pagedserve::net {
 namespace {
@@ -52,6 +53,25 @@ TEST(SpeculativeUsage, AbsentWithoutProposals) {
   a.on_event(0, event({4}, 0, 0, true));
   ASSERT_TRUE(a.done());
   EXPECT_FALSE(json::parse(a.response().body)["usage"].contains("speculative_decoding"));
+}
+
+// The WebSocket protocol's done frame carries the same entry (docs/websocket-protocol.md).
+TEST(SpeculativeUsage, TheWebSocketDoneFrameReportsThemToo) {
+  WsResponseStream with("w", one_prompt());
+  with.on_event(0, event({4, 5}, 4, 1, false));
+  std::vector<std::string> frames = with.on_event(0, event({6}, 6, 2, true));
+  ASSERT_FALSE(frames.empty());
+  const json done = json::parse(frames.back());
+  ASSERT_EQ(done["type"], "done");
+  const json expected = {
+      {"proposed_tokens", 6}, {"accepted_tokens", 2}, {"acceptance_rate", 2.0 / 6.0}};
+  EXPECT_EQ(done["usage"]["speculative_decoding"], expected);
+  EXPECT_EQ(done["usage"]["completion_tokens"], 3);
+
+  WsResponseStream without("v", one_prompt());
+  frames = without.on_event(0, event({4}, 0, 0, true));
+  ASSERT_FALSE(frames.empty());
+  EXPECT_FALSE(json::parse(frames.back())["usage"].contains("speculative_decoding"));
 }
 
 }  // namespace
