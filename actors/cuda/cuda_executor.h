@@ -58,6 +58,9 @@ struct CudaStepTimes {
   double host_sample_s = 0;   // sampling set-up and launches, until the step's final wait
   double wait_s = 0;          // blocked in that wait: the GPU still running the step
   double host_results_s = 0;  // the results unpacked into the StepOutput after it
+  // Stream time between events: the kernels and any gaps where the GPU waited for the host
+  // to enqueue more (an eager batch-1 forward is launch-bound), so gpu_forward_s close to
+  // host_prepare_s says the launches, not the kernels, set the pace.
   double gpu_forward_s = 0;   // the forward on the GPU
   double gpu_sampling_s = 0;  // sampling kernels and result copies on the GPU
 };
