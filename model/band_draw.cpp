@@ -61,7 +61,6 @@ struct BandScratch {
   std::vector<float> sample_weight;  // of the strided samples
   std::vector<int32_t> band_ids;
   std::vector<float> band_scaled;
-  std::vector<float> band_exp;
   std::vector<double> band_mass;  // the band's masses as the walk uses them
 };
 
@@ -359,7 +358,8 @@ std::optional<BandDraw> band_draw(std::span<const float> logits, float temperatu
 
   const int64_t capacity = std::min<int64_t>(
       n, std::max<int64_t>(2048, static_cast<int64_t>(2.0 * plan.expected) + 256));
-  for (auto* v : {&sc.band_scaled, &sc.band_exp}) v->resize(static_cast<size_t>(capacity) + 16);
+  sc.band_scaled.resize(static_cast<size_t>(capacity) + 16);
+  sc.band_mass.resize(static_cast<size_t>(capacity) + 16);
   sc.band_ids.resize(static_cast<size_t>(capacity) + 16);
   kernels::ExpBandParams& p = plan.pass;
   p.logits = logits.data();
@@ -368,16 +368,15 @@ std::optional<BandDraw> band_draw(std::span<const float> logits, float temperatu
   p.max_scaled = max_scaled;
   p.band_ids = sc.band_ids.data();
   p.band_scaled = sc.band_scaled.data();
-  p.band_exp = sc.band_exp.data();
+  p.band_mass = sc.band_mass.data();
   p.capacity = capacity;
   p.prefetch = next_row;
   const kernels::ExpBandResult pass = kernels::exp_band(p);
   if (pass.overflow || !std::isfinite(pass.total) || !(pass.total > 0.0)) return std::nullopt;
 
   const size_t count = static_cast<size_t>(pass.band_count);
-  sc.band_mass.assign(sc.band_exp.begin(), sc.band_exp.begin() + static_cast<ptrdiff_t>(count));
   const Band band{std::span(sc.band_ids).first(count), std::span(sc.band_scaled).first(count),
-                  sc.band_mass};
+                  std::span(sc.band_mass).first(count)};
   int32_t token = decide(band, plan, pass, max_scaled, u, filter,
                          share_tolerance(pass, plan.pass, n, spread, filter), kAbsTolerance);
   if (token == kUndecided) {

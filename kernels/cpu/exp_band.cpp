@@ -75,7 +75,7 @@ ExpBandResult exp_band_portable(const ExpBandParams& p) {
     }
     p.band_ids[r.band_count] = static_cast<int32_t>(i);
     p.band_scaled[r.band_count] = s;
-    p.band_exp[r.band_count++] = static_cast<float>(e);
+    p.band_mass[r.band_count++] = static_cast<double>(static_cast<float>(e));
   }
   return r;
 }
@@ -174,7 +174,7 @@ PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
   // Locals, not p's fields: the stores through the band pointers could alias p otherwise.
   int32_t* const band_ids = p.band_ids;
   float* const band_scaled = p.band_scaled;
-  float* const band_exp = p.band_exp;
+  double* const band_mass = p.band_mass;
   const int64_t capacity = p.capacity;
   int64_t count = 0;
   ExpBandResult r;
@@ -213,11 +213,14 @@ PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
   r.band_count = count;
   // The band's exps again, from its scaled logits: the same operations on the same values, so
   // the same bits, for a band of a few percent of the row instead of a third compressed store
-  // on every vector of it.
+  // on every vector of it. Widened to the doubles the walk sums.
   for (int64_t j = 0; j < count; j += 16) {
     const __mmask16 m = tail_mask16(count - j);
     const __m512 minus_gap = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, band_scaled + j), max_scaled);
-    _mm512_mask_storeu_ps(band_exp + j, m, exp_avx512_in_range(minus_gap));
+    __m512d lo, hi;
+    widen_to_pd(exp_avx512_in_range(minus_gap), &lo, &hi);
+    _mm512_mask_storeu_pd(band_mass + j, static_cast<__mmask8>(m), lo);
+    _mm512_mask_storeu_pd(band_mass + j + 8, static_cast<__mmask8>(m >> 8), hi);
   }
   r.total = _mm512_reduce_add_pd(_mm512_add_pd(total_lo, total_hi));
   r.gap_weighted_mass = -static_cast<double>(_mm512_reduce_add_ps(minus_gap_mass));
@@ -323,7 +326,7 @@ void scaled_exp_f32(const float* x, int64_t n, float temperature, float max_scal
 
 ExpBandResult exp_band(const ExpBandParams& p, Isa isa) {
   assert(p.logits != nullptr && p.n >= 0 && p.temperature > 0.0f && p.capacity >= 0);
-  assert(p.exact || (p.band_ids != nullptr && p.band_scaled != nullptr && p.band_exp != nullptr));
+  assert(p.exact || (p.band_ids != nullptr && p.band_scaled != nullptr && p.band_mass != nullptr));
   assert(p.num_bands >= 1 && p.num_bands <= kMaxBands);
   if (isa == Isa::kAvx512) {
     if (p.exact) return exp_band_exact_avx512(p);

@@ -45,12 +45,13 @@ struct ExpBandParams {
   int num_bands = 1;                     // 1 or kMaxBands
   std::array<float, kMaxBands> above{};  // g < above: before the band
   std::array<float, kMaxBands> below{};  // g >= below: after it (infinity: nothing after it)
-  // The bands' ids (ascending), scaled logits and float exps; room for capacity + 16 entries
-  // each (whole vectors are stored). More than capacity elements stop the pass (overflow: the
-  // sums and the bands are then incomplete).
+  // The bands' ids (ascending), scaled logits and float exps (widened to double, exactly:
+  // the masses the band walk sums); room for capacity + 16 entries each (whole vectors are
+  // stored). More than capacity elements stop the pass (overflow: the sums and the bands are
+  // then incomplete).
   int32_t* band_ids = nullptr;
   float* band_scaled = nullptr;
-  float* band_exp = nullptr;
+  double* band_mass = nullptr;
   int64_t capacity = 0;
   // The row the caller reads next (n floats), or null: a cache line of it is requested each
   // vector, so that row's first pass finds it in cache, not in memory. The sampler's rows are

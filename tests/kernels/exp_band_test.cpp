@@ -135,10 +135,11 @@ TEST(ExpBand, ClassifiesEveryElementAndSumsWithinTheFloatBound) {
         p.above = {0.8f, 2.0f};  // the second overlaps the first
         p.below = {n % 3 == 0 ? kInf : 2.5f, 3.5f};
         std::vector<int32_t> ids(static_cast<size_t>(n) + 16);
-        std::vector<float> scaled(static_cast<size_t>(n) + 16), exps(static_cast<size_t>(n) + 16);
+        std::vector<float> scaled(static_cast<size_t>(n) + 16);
+        std::vector<double> exps(static_cast<size_t>(n) + 16);
         p.band_ids = ids.data();
         p.band_scaled = scaled.data();
-        p.band_exp = exps.data();
+        p.band_mass = exps.data();
         p.capacity = n;
         const Classified want = classify(x, p);
         const ExpBandResult got = exp_band(p, isa);
@@ -151,6 +152,8 @@ TEST(ExpBand, ClassifiesEveryElementAndSumsWithinTheFloatBound) {
           const double exact = std::exp(static_cast<double>(scaled[k]) - p.max_scaled);
           EXPECT_NEAR(exps[k], exact, single_precision_exp_error(p.max_scaled - scaled[k]) * exact)
               << where;
+          // A float exp, widened: the masses are what the float pass summed.
+          EXPECT_EQ(exps[k], static_cast<double>(static_cast<float>(exps[k]))) << where;
         }
         EXPECT_NEAR(got.total, want.total, want.total_bound + 1e-12 * want.total) << where;
         // Its float lanes' sum within the documented bound, each term within its exp's.
@@ -191,10 +194,11 @@ TEST(ExpBand, ABandPastItsCapacityOverflows) {
     p.above = {0.0f, 0.0f};
     p.below = {kInf, kInf};  // everything is in the band
     std::vector<int32_t> ids(116);
-    std::vector<float> scaled(116), exps(116);
+    std::vector<float> scaled(116);
+    std::vector<double> exps(116);
     p.band_ids = ids.data();
     p.band_scaled = scaled.data();
-    p.band_exp = exps.data();
+    p.band_mass = exps.data();
     p.capacity = 100;
     EXPECT_TRUE(exp_band(p, isa).overflow) << isa_name(isa);
     p.capacity = 5000;
@@ -203,7 +207,7 @@ TEST(ExpBand, ABandPastItsCapacityOverflows) {
     exps.resize(5016);
     p.band_ids = ids.data();
     p.band_scaled = scaled.data();
-    p.band_exp = exps.data();
+    p.band_mass = exps.data();
     const ExpBandResult all = exp_band(p, isa);
     EXPECT_FALSE(all.overflow) << isa_name(isa);
     EXPECT_EQ(all.band_count, 5000) << isa_name(isa);
