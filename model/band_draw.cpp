@@ -56,6 +56,7 @@ struct Filter {
 struct BandScratch {
   std::vector<float> block_max;
   std::vector<int32_t> block_order;
+  std::vector<uint8_t> block_taken;  // [block]: taken whole into the subsample
   std::vector<float> sample_logits;
   std::vector<float> sample_exp;
   std::vector<float> sample_weight;  // of the strided samples
@@ -96,6 +97,10 @@ Estimate estimate_row(std::span<const float> logits, float temperature, float ma
   std::partial_sort(sc.block_order.begin(), sc.block_order.begin() + whole, sc.block_order.end(),
                     [&](int32_t a, int32_t b) { return sc.block_max[a] > sc.block_max[b]; });
   const auto whole_end = sc.block_order.begin() + whole;
+  sc.block_taken.assign(static_cast<size_t>(blocks), 0);
+  for (auto it = sc.block_order.begin(); it != whole_end; ++it) {
+    sc.block_taken[static_cast<size_t>(*it)] = 1;
+  }
   // Weight-1 samples first (whole blocks, block maxima), then the strided ones.
   sc.sample_logits.clear();
   for (auto it = sc.block_order.begin(); it != whole_end; ++it) {
@@ -104,15 +109,21 @@ Estimate estimate_row(std::span<const float> logits, float temperature, float ma
                             logits.begin() + std::min(n, first + kBlock));
   }
   for (int64_t b = 0; b < blocks; ++b) {
-    if (std::find(sc.block_order.begin(), whole_end, b) == whole_end) {
+    if (!sc.block_taken[static_cast<size_t>(b)]) {
       sc.sample_logits.push_back(sc.block_max[static_cast<size_t>(b)]);
     }
   }
   const size_t exact = sc.sample_logits.size();
   const size_t first_open_maximum = exact - static_cast<size_t>(blocks - whole);
   sc.sample_weight.clear();
+  // What each sample stands for: the block's elements but its maximum, over its samples
+  // (kStrideWeight but in a shorter last block).
+  const auto weight_of = [](int64_t size) {
+    return static_cast<float>(size - 1) / static_cast<float>((size + kStride - 1) / kStride);
+  };
+  const float full_weight = weight_of(kBlock);
   for (int64_t b = 0; b < blocks; ++b) {
-    if (std::find(sc.block_order.begin(), whole_end, b) != whole_end) continue;
+    if (sc.block_taken[static_cast<size_t>(b)]) continue;
     // The maximum is counted already: a strided position holding it (its first occurrence)
     // takes its neighbour instead. Else every block's maximum would count twice on average,
     // once for itself and once through the 1-in-64 chance of being sampled at weight 64: a
@@ -120,10 +131,7 @@ Estimate estimate_row(std::span<const float> logits, float temperature, float ma
     const int64_t first = b * kBlock;
     const int64_t end = std::min(n, first + kBlock);
     const float top = sc.block_max[static_cast<size_t>(b)];
-    // What each sample stands for: the block's elements but its maximum, over its samples
-    // (kStrideWeight but in a shorter last block).
-    const float weight = static_cast<float>(end - first - 1) /
-                         static_cast<float>((end - first + kStride - 1) / kStride);
+    const float weight = end - first == kBlock ? full_weight : weight_of(end - first);
     for (int64_t i = first; i < end; i += kStride) {
       const bool is_maximum =
           logits[static_cast<size_t>(i)] == top &&
