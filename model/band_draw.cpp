@@ -97,13 +97,11 @@ Estimate estimate_row(std::span<const float> logits, float temperature, float ma
   std::partial_sort(sc.block_order.begin(), sc.block_order.begin() + whole, sc.block_order.end(),
                     [&](int32_t a, int32_t b) { return sc.block_max[a] > sc.block_max[b]; });
   const auto whole_end = sc.block_order.begin() + whole;
-  sc.block_taken.assign(static_cast<size_t>(blocks), 0);
-  for (auto it = sc.block_order.begin(); it != whole_end; ++it) {
-    sc.block_taken[static_cast<size_t>(*it)] = 1;
-  }
   // Weight-1 samples first (whole blocks, block maxima), then the strided ones.
+  sc.block_taken.assign(static_cast<size_t>(blocks), 0);
   sc.sample_logits.clear();
   for (auto it = sc.block_order.begin(); it != whole_end; ++it) {
+    sc.block_taken[static_cast<size_t>(*it)] = 1;
     const int64_t first = *it * kBlock;
     sc.sample_logits.insert(sc.sample_logits.end(), logits.begin() + first,
                             logits.begin() + std::min(n, first + kBlock));

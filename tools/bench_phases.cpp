@@ -170,11 +170,10 @@ int run_bench_phases(const std::vector<std::string>& args) {
   std::vector<double> step_s;
   std::vector<double> achieved_gbps;
   double bytes_at_median_context = 0;
-  std::optional<kernels::ReadProbe> probe;
-  std::vector<double> probe_gbps;  // probe i read right after step i (and one before step 0)
+  std::optional<kernels::InterleavedRoofline> interleaved;
   if (flags.has("interleave-probe")) {
-    probe.emplace();
-    probe_gbps.push_back(probe->read_gbps(&pool, static_cast<size_t>(weight_bytes)));
+    interleaved.emplace();
+    interleaved->start(&pool, static_cast<size_t>(weight_bytes));
   }
   for (int step = 0; step < output_tokens; ++step) {
     const int position = prompt_tokens + step;
@@ -195,15 +194,11 @@ int run_bench_phases(const std::vector<std::string>& args) {
     if (step == output_tokens / 2) bytes_at_median_context = bytes;
     step_s.push_back(seconds);
     achieved_gbps.push_back(bytes / seconds / 1e9);
-    if (probe) probe_gbps.push_back(probe->read_gbps(&pool, static_cast<size_t>(bytes)));
+    if (interleaved)
+      interleaved->after_step(&pool, static_cast<size_t>(bytes), bytes / seconds / 1e9);
   }
   const double step_median_s = median(step_s);
   const double achieved = median(achieved_gbps);
-  // Each step against the mean of the probes just before and just after it.
-  std::vector<double> interleaved_fraction;
-  for (size_t i = 0; probe && i < achieved_gbps.size(); ++i) {
-    interleaved_fraction.push_back(achieved_gbps[i] / (0.5 * (probe_gbps[i] + probe_gbps[i + 1])));
-  }
 
   nlohmann::ordered_json out = {
       {"model", model_dir},
@@ -235,11 +230,12 @@ int run_bench_phases(const std::vector<std::string>& args) {
       {"bytes_per_decode_step", bytes_at_median_context},
       {"decode_achieved_gbps", achieved},
       {"roofline_fraction", achieved / bandwidth}};
-  if (probe) {
-    out["probe_gbps_median"] = median(probe_gbps);
-    out["probe_gbps_min"] = *std::min_element(probe_gbps.begin(), probe_gbps.end());
-    out["probe_gbps_max"] = *std::max_element(probe_gbps.begin(), probe_gbps.end());
-    out["roofline_fraction_interleaved"] = median(interleaved_fraction);
+  if (interleaved) {
+    const std::vector<double>& probes = interleaved->probe_gbps();
+    out["probe_gbps_median"] = median(probes);
+    out["probe_gbps_min"] = *std::min_element(probes.begin(), probes.end());
+    out["probe_gbps_max"] = *std::max_element(probes.begin(), probes.end());
+    out["roofline_fraction_interleaved"] = median(interleaved->fractions());
   }
   if (flags.has("json")) {
     std::cout << out.dump() << "\n";

@@ -201,7 +201,6 @@ struct CudaExecutor::Impl {
   // Timing events around a step's forward and sampling (CudaStepTimes).
   cudaEvent_t forward_start = nullptr, forward_end = nullptr, step_end = nullptr;
   CudaStepTimes times;
-  std::chrono::steady_clock::time_point sample_start;  // when sample() began, this step
   cublasHandle_t cublas = nullptr;
 
   DeviceBuffer embed_tokens, lm_head, final_norm;
@@ -372,8 +371,10 @@ struct CudaExecutor::Impl {
   void add_projection(const void* in, const DeviceBuffer& weight, const DeviceBuffer& bias,
                       const DeviceBuffer& post_norm, int num_tokens, int in_width);
   StepOutput sample(const StepInput& input, int num_rows);
-  // Waits for the step's last work and adds its times (CudaStepTimes, output.times).
-  void finish_step(StepOutput& output);
+  // Waits for the step's last work and adds its times (CudaStepTimes, output.times), the
+  // sampling set-up's from sample_start; returns when the wait ended.
+  std::chrono::steady_clock::time_point finish_step(
+      StepOutput& output, std::chrono::steady_clock::time_point sample_start);
 };
 
 }  // namespace pagedserve::actors

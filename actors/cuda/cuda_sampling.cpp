@@ -52,7 +52,7 @@ struct StepMasks {
 }  // namespace
 
 StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
-  sample_start = std::chrono::steady_clock::now();
+  const auto sample_start = std::chrono::steady_clock::now();
   const int vocab = config.vocab_size;
   StepOutput output;
   output.step_id = input.step_id;
@@ -60,7 +60,7 @@ StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
   if (num_rows == 0) {
     // Nothing to sample (prompt chunks only); still finish the step, so the next one may reuse
     // the pinned staging buffers and errors surface here.
-    finish_step(output);
+    finish_step(output, sample_start);
     return output;
   }
 
@@ -234,8 +234,7 @@ StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
     d2h(h_top_ids + top_offset, sort.ids_out + seg, t.k * 4);
     top_offset += t.k;
   }
-  finish_step(output);
-  const auto results_start = std::chrono::steady_clock::now();
+  const auto results_start = finish_step(output, sample_start);
 
   row = 0;
   size_t draw = 0;
@@ -274,7 +273,8 @@ StepOutput CudaExecutor::Impl::sample(const StepInput& input, int num_rows) {
 }
 
 // The step's last wait: everything enqueued so far (forward, sampling, result copies) done.
-void CudaExecutor::Impl::finish_step(StepOutput& output) {
+std::chrono::steady_clock::time_point CudaExecutor::Impl::finish_step(
+    StepOutput& output, std::chrono::steady_clock::time_point sample_start) {
   using Clock = std::chrono::steady_clock;
   const auto wait_start = Clock::now();
   check_cuda(cudaEventRecord(step_end, compute), "cudaEventRecord (step end)");
@@ -292,6 +292,7 @@ void CudaExecutor::Impl::finish_step(StepOutput& output) {
   times.gpu_sampling_s += sampling_ms / 1e3;
   output.times.forward_s = forward_ms / 1e3;
   output.times.sampling_s = sampling_ms / 1e3;
+  return waited;
 }
 
 }  // namespace pagedserve::actors

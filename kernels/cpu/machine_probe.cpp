@@ -152,6 +152,16 @@ double ReadProbe::read_gbps(ThreadPool* pool, size_t bytes) {
   return static_cast<double>(n * sizeof(float)) / seconds / 1e9;
 }
 
+void InterleavedRoofline::start(ThreadPool* pool, size_t bytes) {
+  probe_gbps_.push_back(probe_.read_gbps(pool, bytes));
+}
+
+void InterleavedRoofline::after_step(ThreadPool* pool, size_t bytes, double step_gbps) {
+  const double before = probe_gbps_.back();
+  probe_gbps_.push_back(probe_.read_gbps(pool, bytes));
+  fractions_.push_back(step_gbps / (0.5 * (before + probe_gbps_.back())));
+}
+
 double measure_read_bandwidth_gbps(ThreadPool* pool, size_t buffer_bytes, int repeats, Isa isa) {
   const size_t n = buffer_bytes / sizeof(float);
   // The same memory the kernels stream (huge pages where the OS allows): on 4 KiB pages this
@@ -167,9 +177,7 @@ double measure_read_bandwidth_gbps(ThreadPool* pool, size_t buffer_bytes, int re
     parallel_for(pool, num_tasks, 1e12, [&](int64_t task) {
       const float* p = data + task * kChunk;
       const size_t len = std::min(kChunk, n - task * kChunk);
-      sinks[task] = isa == Isa::kAvx512 ? sum_avx512(p, len)
-                    : isa == Isa::kAvx2 ? sum_avx2(p, len)
-                                        : sum_portable(p, len);
+      sinks[task] = sum_floats(isa, p, len);
     });
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     best = std::max(best, static_cast<double>(n * sizeof(float)) / seconds / 1e9);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "kernels/cpu/isa.h"
 
@@ -38,6 +39,22 @@ class ReadProbe {
   size_t floats_ = 0;
   size_t next_ = 0;  // where the next read starts, in floats
   Isa isa_;
+};
+
+// Steps timed between probes of their own size: start() reads one before the first step,
+// after_step() one after each; a step's fraction is its GB/s over the mean of the probes just
+// before and just after it.
+class InterleavedRoofline {
+ public:
+  void start(ThreadPool* pool, size_t bytes);
+  void after_step(ThreadPool* pool, size_t bytes, double step_gbps);
+  const std::vector<double>& probe_gbps() const { return probe_gbps_; }
+  const std::vector<double>& fractions() const { return fractions_; }
+
+ private:
+  ReadProbe probe_;
+  std::vector<double> probe_gbps_;
+  std::vector<double> fractions_;
 };
 
 // Best-of-`repeats` fp32 FLOP/s (an FMA counts 2) of independent FMA chains on every thread of

@@ -132,13 +132,12 @@ void run(const ModelShape& s, const std::string& mix, ThreadPool& pool, int step
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (float& v : x) v = dist(rng);
 
-  ReadProbe probe;
   for (const bool stacked : {false, true}) {
     std::vector<double> step_s, kind_s[kKinds], call_s[kKinds];
     const double bandwidth = measure_read_bandwidth_gbps(&pool, size_t{1} << 30, 3);
-    // A probe of the step's bytes after every step (and one before the first): each step
-    // against the mean of the two around it, as the machine's bandwidth moves during a run.
-    std::vector<double> probe_gbps, interleaved;
+    // A probe of the step's bytes around every step, as the machine's bandwidth moves during
+    // a run.
+    InterleavedRoofline interleaved;
     for (int step = -2; step < steps; ++step) {  // two warm-up steps
       double kind_t[kKinds] = {};
       const auto timed = [&](int kind, const Product& p) {
@@ -154,12 +153,10 @@ void run(const ModelShape& s, const std::string& mix, ThreadPool& pool, int step
       }
       timed(kLmHead, lm_head);
       const double step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (step == -1) probe_gbps.push_back(probe.read_gbps(&pool, static_cast<size_t>(bytes)));
+      if (step == -1) interleaved.start(&pool, static_cast<size_t>(bytes));
       if (step < 0) continue;
       step_s.push_back(step_seconds);
-      probe_gbps.push_back(probe.read_gbps(&pool, static_cast<size_t>(bytes)));
-      interleaved.push_back(bytes / step_seconds / 1e9 /
-                            (0.5 * (probe_gbps[probe_gbps.size() - 2] + probe_gbps.back())));
+      interleaved.after_step(&pool, static_cast<size_t>(bytes), bytes / step_seconds / 1e9);
       for (int k = 0; k < kKinds; ++k) kind_s[k].push_back(kind_t[k]);
     }
     const double gbps = bytes / median(step_s) / 1e9;
@@ -168,7 +165,7 @@ void run(const ModelShape& s, const std::string& mix, ThreadPool& pool, int step
                 median(step_s) * 1e3, gbps, 100.0 * gbps / bandwidth, bandwidth);
     std::printf(
         "      against the interleaved probes (median %.1f GB/s): %.1f%% (median of steps)\n",
-        median(probe_gbps), 100.0 * median(interleaved));
+        median(interleaved.probe_gbps()), 100.0 * median(interleaved.fractions()));
     for (int k = 0; k < kKinds; ++k) {
       const double kind_gbps = kind_bytes[k] / median(kind_s[k]) / 1e9;
       std::vector<double> calls = call_s[k];
