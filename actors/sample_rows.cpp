@@ -14,6 +14,31 @@
 namespace pagedserve::actors {
 namespace {
 
+// A drawn token's logprob when its request does not need one (SamplingParams::
+// needs_sampled_logprob): the output's cumulative_logprob is then NaN, unknown.
+constexpr float kNoLogprob = std::numeric_limits<float>::quiet_NaN();
+
+// One row's draws (one per seed), with their logprobs only when the request needs them: the
+// row's log-sum-exp is a pass of exps over it, as long as the draw itself for a greedy row.
+std::vector<model::TokenLogprob> draw_row(std::span<const float> row,
+                                          const model::SamplingParams& sampling,
+                                          std::span<const uint64_t> seeds, uint64_t step,
+                                          const float* next_row = nullptr) {
+  if (sampling.needs_sampled_logprob()) {
+    return model::sample_tokens_logprob(row, sampling, seeds, step, next_row);
+  }
+  std::vector<model::TokenLogprob> out;
+  for (int32_t token : model::sample_tokens(row, sampling, seeds, step, next_row)) {
+    out.push_back({token, kNoLogprob});
+  }
+  return out;
+}
+
+float drawn_logprob(std::span<const float> row, const model::SamplingParams& sampling,
+                    int32_t token) {
+  return sampling.needs_sampled_logprob() ? model::token_logprob(row, token) : kNoLogprob;
+}
+
 // A row costs a few vectorised passes over the vocabulary: worth waking the pool for two rows
 // of a 32k vocabulary (the pool's threshold is in FLOP-equivalents).
 constexpr double kSamplingFlopsPerLogit = 10.0;
@@ -152,8 +177,7 @@ SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const floa
       constrained_row(seq, raw_logits, seq.penalty_output_ids, grammar, seq.sample_step, masked);
   SequenceStepOutput out;
   if (!seq.sample_seeds.empty()) {
-    out.samples = model::sample_tokens_logprob(row_logits, sampling, seq.sample_seeds,
-                                               seq.sample_step, next_row);
+    out.samples = draw_row(row_logits, sampling, seq.sample_seeds, seq.sample_step, next_row);
   }
   if (grammar != nullptr) out.grammar_ended = advance_on_draws(*grammar, out.samples);
   if (seq.num_top_logprobs > 0) {
@@ -199,7 +223,7 @@ SequenceStepOutput verify_drafted_row(const ScheduledSequence& seq, std::span<co
   std::vector<float> p;
   SequenceStepOutput out;
   auto emit = [&](std::span<const float> raw, std::span<const float> row, int32_t token) {
-    out.samples.push_back({token, model::token_logprob(row, token)});
+    out.samples.push_back({token, drawn_logprob(row, sampling, token)});
     if (sampling.logprobs) {
       const int32_t drawn[1] = {token};
       out.reported_logprobs.push_back(model::sample_logprobs(raw, drawn, *sampling.logprobs)[0]);
@@ -211,7 +235,7 @@ SequenceStepOutput verify_drafted_row(const ScheduledSequence& seq, std::span<co
     const std::span<const float> row = constrained_row(seq, raw, history, grammar, step, masked);
     if (j == num_proposed) {  // every proposal accepted: the bonus token, as a lone step
       const std::span<const uint64_t> seeds = std::span<const uint64_t>(seq.sample_seeds).first(1);
-      const model::TokenLogprob draw = model::sample_tokens_logprob(row, sampling, seeds, step)[0];
+      const model::TokenLogprob draw = draw_row(row, sampling, seeds, step)[0];
       emit(raw, row, draw.token_id);
       advance_grammar(grammar, draw.token_id, out);
       break;
@@ -265,8 +289,8 @@ SequenceStepOutput verify_row(const ScheduledSequence& seq, std::span<const floa
     const uint64_t step = seq.sample_step + static_cast<uint64_t>(j);
     const std::span<const float> row = constrained_row(seq, raw, history, grammar, step, masked);
     // sample_row's call, so that the draw is bit for bit the one a lone step makes.
-    const model::TokenLogprob draw = model::sample_tokens_logprob(
-        row, sampling, std::span<const uint64_t>(seq.sample_seeds).first(1), step)[0];
+    const model::TokenLogprob draw =
+        draw_row(row, sampling, std::span<const uint64_t>(seq.sample_seeds).first(1), step)[0];
     out.samples.push_back(draw);
     if (sampling.logprobs) {
       const int32_t drawn[1] = {draw.token_id};

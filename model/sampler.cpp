@@ -400,6 +400,14 @@ std::vector<TokenLogprob> sample_tokens_logprob(std::span<const float> logits,
   return out;
 }
 
+std::vector<int32_t> sample_tokens(std::span<const float> logits, const SamplingParams& params,
+                                   std::span<const uint64_t> seeds, uint64_t step,
+                                   const float* next_row) {
+  std::vector<double> us;
+  for (uint64_t seed : seeds) us.push_back(uniform_from_counter(seed, step));
+  return draw(logits, params, us, next_row).tokens;
+}
+
 TokenLogprob sample_token_logprob(std::span<const float> logits, const SamplingParams& params,
                                   uint64_t seed, uint64_t step) {
   return sample_tokens_logprob(logits, params, std::span(&seed, 1), step)[0];

@@ -53,6 +53,12 @@ std::vector<TokenLogprob> sample_tokens_logprob(std::span<const float> logits,
                                                 const SamplingParams& params,
                                                 std::span<const uint64_t> seeds, uint64_t step,
                                                 const float* next_row = nullptr);
+// The tokens alone, from the same passes (bit for bit sample_tokens_logprob's tokens), without
+// the log-sum-exp a logprob needs: a pass of exps over the row fewer for greedy rows and
+// temperatures other than 1.
+std::vector<int32_t> sample_tokens(std::span<const float> logits, const SamplingParams& params,
+                                   std::span<const uint64_t> seeds, uint64_t step,
+                                   const float* next_row = nullptr);
 // The k most likely tokens, best first (ties: the lower id first); k is clamped to the vocab.
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k);
 

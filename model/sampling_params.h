@@ -63,6 +63,13 @@ struct SamplingParams {
   bool is_greedy() const { return temperature < 1e-5f || top_k == 1; }
   // Sequences generated per request: best_of when given, else n.
   int num_sequences() const { return best_of.value_or(n); }
+  // Whether each drawn token's logprob (the cumulative_logprob of an output) is wanted: to rank
+  // best_of > n samples or beams, or because the request asked for logprobs. Otherwise the
+  // CPU sampler skips it: at a temperature other than 1, and greedy, it is a whole pass of exps
+  // over the row (vLLM v1 reports no cumulative logprob then either).
+  bool needs_sampled_logprob() const {
+    return use_beam_search || num_sequences() > n || logprobs.has_value();
+  }
 };
 
 }  // namespace pagedserve::model

@@ -1,6 +1,7 @@
 // sample_step_rows: a step's rows sampled on a two-thread pool (every split forced) give each
 // sequence what sampling its row alone gives (penalties, banned tokens, seeds, logprobs), map
-// rows to the sequences that sample, and refuse a sampling sequence without params.
+// rows to the sequences that sample, and refuse a sampling sequence without params. A drawn
+// token's logprob is computed only where best_of ranking or requested logprobs need it.
 #include "actors/sample_rows.h"
 
 #include <gtest/gtest.h>
@@ -35,6 +36,9 @@ TEST(SampleStepRows, RowsOnThePoolMatchEachRowSampledAlone) {
   auto greedy = std::make_shared<model::SamplingParams>();
   greedy->temperature = 0.0f;
   auto t1 = std::make_shared<model::SamplingParams>();
+  auto best_of = std::make_shared<model::SamplingParams>();  // ranks its 3 samples by logprob
+  best_of->temperature = 0.7f;
+  best_of->best_of = 3;
   auto nucleus = std::make_shared<model::SamplingParams>();
   nucleus->top_p = 0.8f;
   nucleus->logprobs = 3;
@@ -44,7 +48,7 @@ TEST(SampleStepRows, RowsOnThePoolMatchEachRowSampledAlone) {
 
   std::vector<ScheduledSequence> seqs;
   seqs.push_back(sampling_seq(0, greedy, {1}));
-  seqs.push_back(sampling_seq(1, t1, {11, 12, 13}));  // a prompt forking into three samples
+  seqs.push_back(sampling_seq(1, best_of, {11, 12, 13}));  // a prompt forking into 3 samples
   ScheduledSequence chunk;  // a prompt chunk that is not the last: no row, no output
   chunk.seq_id = 2;
   seqs.push_back(chunk);
@@ -83,7 +87,12 @@ TEST(SampleStepRows, RowsOnThePoolMatchEachRowSampledAlone) {
       const int32_t token =
           model::sample_token(masked, *seq.sampling, seq.sample_seeds[s], seq.sample_step);
       EXPECT_EQ(out[i].samples[s].token_id, token);
-      EXPECT_NEAR(out[i].samples[s].logprob, model::token_logprob(masked, token), 1e-5);
+      // Only best_of ranking and requested logprobs pay for the drawn token's logprob.
+      if (seq.seq_id == 1 || seq.seq_id == 3) {
+        EXPECT_NEAR(out[i].samples[s].logprob, model::token_logprob(masked, token), 1e-5);
+      } else {
+        EXPECT_TRUE(std::isnan(out[i].samples[s].logprob)) << out[i].samples[s].logprob;
+      }
     }
     for (int32_t banned : seq.banned_token_ids) EXPECT_NE(out[i].samples[0].token_id, banned);
     EXPECT_EQ(out[i].top_logprobs, model::top_logprobs(masked, seq.num_top_logprobs));

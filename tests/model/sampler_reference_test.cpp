@@ -279,6 +279,39 @@ TEST(SamplerReference, TheReturnedLogprobIsTheRawLogSoftmax) {
   }
 }
 
+// sample_tokens (no logprob: the executor's call when the request ranks nothing by logprob)
+// draws each seed's token by the definition, greedy and sampled, with the next row prefetched.
+TEST(SamplerReference, SampleTokensDrawsEverySeedByTheDefinition) {
+  std::mt19937 rng(11);
+  int draws = 0;
+  for (int vocab : {1000, 32000}) {
+    for (Shape shape : {Shape::kFlat, Shape::kPeaked}) {
+      const std::vector<float> logits = make_row(vocab, shape, rng);
+      const std::vector<float> next = make_row(vocab, shape, rng);
+      for (float temperature : {0.0f, 0.7f, 1.0f}) {
+        for (float top_p : {1.0f, 0.9f}) {
+          SamplingParams p;
+          p.temperature = temperature;
+          p.top_p = top_p;
+          const std::vector<uint64_t> seeds = {rng(), rng(), rng()};
+          const std::vector<int32_t> got = sample_tokens(logits, p, seeds, 5, next.data());
+          ASSERT_EQ(got.size(), seeds.size());
+          for (size_t s = 0; s < seeds.size(); ++s) {
+            const int32_t expected =
+                temperature == 0.0f
+                    ? static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                           logits.begin())
+                    : reference_sample(logits, p, seeds[s], 5);
+            EXPECT_EQ(got[s], expected) << "vocab " << vocab << " T " << temperature;
+            ++draws;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(draws, 72);
+}
+
 TEST(SamplerReference, SparsePenaltiesMatchTheDenseDefinition) {
   std::mt19937 rng(8);
   for (int trial = 0; trial < 50; ++trial) {
