@@ -1,15 +1,17 @@
 // Sampling cost per row (one sequence, one step) for a 32k and a 128k vocabulary, on three row
 // shapes (kShapes: flat, a trained model's peaked row, and the random benchmark model's), at the
-// settings clients use. BM_FullSort is the baseline: the sorted definition as the sampler
-// implemented it before (a partial sort of the whole row), run in the same process; the ratio
-// of the two is the gain. Compare the per-row time with a batch-32 decode step's (`pagedserve
-// bench throughput --batch 32`, decode_step_ms / 32 per row per thread).
+// settings clients use: BM_SamplerTokens draws the token alone (a default request),
+// BM_Sampler its logprob too (best_of, beam search, logprobs). BM_FullSort is the baseline: the
+// sorted definition as the sampler implemented it before (a partial sort of the whole row), run in
+// the same process; the ratio of the two is the gain. Compare the per-row time with a batch-32
+// decode step's (`pagedserve bench throughput --batch 32`, decode_step_ms / 32 per row per thread).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "model/sampler.h"
@@ -111,8 +113,22 @@ void BM_Sampler(benchmark::State& state) {
   const SamplingParams p = params_for(static_cast<int>(state.range(2)));
   uint64_t step = 0;
   for (auto _ : state) {
-    // What the executor calls per row: the token and its logprob.
+    // What the executor calls per row of a request that ranks by, or reports, logprobs.
     benchmark::DoNotOptimize(pagedserve::model::sample_token_logprob(row, p, 7, step++));
+  }
+  state.SetLabel(std::string(kShapes[state.range(1)]) + kSettings[state.range(2)]);
+}
+
+// What the executor calls per row for a request that needs no drawn logprob (no best_of
+// ranking, beam search or logprobs: a client's default request): the token alone.
+void BM_SamplerTokens(benchmark::State& state) {
+  const std::vector<float> row =
+      make_row(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  const SamplingParams p = params_for(static_cast<int>(state.range(2)));
+  const uint64_t seed = 7;
+  uint64_t step = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(pagedserve::model::sample_tokens(row, p, std::span(&seed, 1), step++));
   }
   state.SetLabel(std::string(kShapes[state.range(1)]) + kSettings[state.range(2)]);
 }
@@ -144,6 +160,7 @@ void Args(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_Sampler)->Apply(Args);
+BENCHMARK(BM_SamplerTokens)->Apply(Args);
 BENCHMARK(BM_FullSort)->Apply(Args);
 
 }  // namespace
