@@ -2,6 +2,7 @@
 // top logprobs beam search asks for) spread over the thread pool; each stage timed.
 #include "actors/cpu_executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -83,12 +84,16 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
     batch.add_sequence(seq.new_token_ids, seq.num_computed_tokens, seq.block_table,
                        device_cache_.block_size(), seq.sample ? 1 + seq.num_proposed_tokens : 0);
   }
+  // A greedy row reads one chunk of itself when the LM head takes each chunk's maximum.
+  batch.gather_chunk_maxima = std::any_of(seqs.begin(), seqs.end(), [](const ScheduledSequence& s) {
+    return s.sample && s.sampling && s.sampling->is_greedy() && s.num_proposed_tokens == 0;
+  });
   const std::span<const float> logits = model_.forward(batch, device_cache_, workspace_);
   output.times.forward_s = seconds_since(start);
 
   start = Clock::now();
   sample_step_rows(seqs, logits, static_cast<size_t>(model_.config().vocab_size), pool_.get(),
-                   output.seqs, &grammars_, input.step_id);
+                   output.seqs, &grammars_, input.step_id, workspace_.logit_chunk_maxima());
   output.times.sampling_s = seconds_since(start);
   // The scheduler learns the draft's proposals from here (it planned placeholders).
   for (size_t i = 0; i < drafted.size(); ++i) {

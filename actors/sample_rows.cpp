@@ -23,12 +23,13 @@ constexpr float kNoLogprob = std::numeric_limits<float>::quiet_NaN();
 std::vector<model::TokenLogprob> draw_row(std::span<const float> row,
                                           const model::SamplingParams& sampling,
                                           std::span<const uint64_t> seeds, uint64_t step,
-                                          const float* next_row = nullptr) {
+                                          const float* next_row = nullptr,
+                                          const kernels::RowChunkMaxima* chunks = nullptr) {
   if (sampling.needs_sampled_logprob()) {
-    return model::sample_tokens_logprob(row, sampling, seeds, step, next_row);
+    return model::sample_tokens_logprob(row, sampling, seeds, step, next_row, chunks);
   }
   std::vector<model::TokenLogprob> out;
-  for (int32_t token : model::sample_tokens(row, sampling, seeds, step, next_row)) {
+  for (int32_t token : model::sample_tokens(row, sampling, seeds, step, next_row, chunks)) {
     out.push_back({token, kNoLogprob});
   }
   return out;
@@ -102,7 +103,8 @@ bool advance_grammar(GrammarRowState* grammar, int32_t token, SequenceStepOutput
 
 void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<const float> logits,
                       size_t vocab, kernels::ThreadPool* pool, std::vector<SequenceStepOutput>& out,
-                      GrammarRowStates* grammars, uint64_t step_id) {
+                      GrammarRowStates* grammars, uint64_t step_id,
+                      const kernels::ChunkMaxima& chunks) {
   std::vector<size_t> sampling_seqs;           // row r -> index in seqs
   std::vector<size_t> first_logits;            // row r -> its first row of logits
   std::vector<GrammarRowState*> row_grammars;  // [row], null when unconstrained
@@ -156,8 +158,11 @@ void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<cons
             const float* next_row = r + 1 < sampling_seqs.size()
                                         ? logits.data() + first_logits[r + 1] * vocab
                                         : nullptr;
+            const kernels::RowChunkMaxima row_chunks =
+                chunks.empty() ? kernels::RowChunkMaxima{}
+                               : chunks.row(static_cast<int64_t>(first_logits[r]));
             out[i] = sample_row(seqs[i], logits.subspan(first_logits[r] * vocab, vocab),
-                                row_grammars[r], next_row);
+                                row_grammars[r], next_row, chunks.empty() ? nullptr : &row_chunks);
           }
         } catch (...) {
           errors[r] = std::current_exception();
@@ -169,7 +174,8 @@ void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<cons
 }
 
 SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const float> raw_logits,
-                              GrammarRowState* grammar, const float* next_row) {
+                              GrammarRowState* grammar, const float* next_row,
+                              const kernels::RowChunkMaxima* chunks) {
   const model::SamplingParams& sampling = *seq.sampling;
   std::vector<float> masked;
   // raw_logits stay what reported logprobs describe.
@@ -177,7 +183,11 @@ SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const floa
       constrained_row(seq, raw_logits, seq.penalty_output_ids, grammar, seq.sample_step, masked);
   SequenceStepOutput out;
   if (!seq.sample_seeds.empty()) {
-    out.samples = draw_row(row_logits, sampling, seq.sample_seeds, seq.sample_step, next_row);
+    // The maxima describe the raw row: a row changed by penalties, bans or a mask has its own.
+    const kernels::RowChunkMaxima* row_chunks =
+        row_logits.data() == raw_logits.data() ? chunks : nullptr;
+    out.samples =
+        draw_row(row_logits, sampling, seq.sample_seeds, seq.sample_step, next_row, row_chunks);
   }
   if (grammar != nullptr) out.grammar_ended = advance_on_draws(*grammar, out.samples);
   if (seq.num_top_logprobs > 0) {

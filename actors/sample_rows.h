@@ -9,6 +9,7 @@
 
 #include "actors/grammar_rows.h"
 #include "actors/step_messages.h"
+#include "kernels/cpu/sampling_rows.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace pagedserve::actors {
@@ -20,16 +21,21 @@ namespace pagedserve::actors {
 // over the pool (may be null). Throws std::invalid_argument for a sampling sequence without
 // params, and rethrows the first error of a row. Constrained rows (sampling->grammar) keep
 // their matchers in `grammars` (required when any row is constrained; the step's id prunes it).
+// chunks: the logits rows' chunk maxima when the LM head took them (LlamaModel::Workspace::
+// logit_chunk_maxima), else empty; a greedy row drawn as it came (no penalty, ban or mask)
+// uses them.
 void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<const float> logits,
                       size_t vocab, kernels::ThreadPool* pool, std::vector<SequenceStepOutput>& out,
-                      GrammarRowStates* grammars = nullptr, uint64_t step_id = 0);
+                      GrammarRowStates* grammars = nullptr, uint64_t step_id = 0,
+                      const kernels::ChunkMaxima& chunks = {});
 
 // One sequence's row: penalties, banned tokens and the grammar's mask on a copy, the draws with
 // their logprobs, top logprobs (beam search), reported logprobs (of the raw row). `grammar`:
 // the row's matcher state when constrained (advanced on the draw), else null. next_row: the
 // logits this thread reads next, or null (model::sample_tokens_logprob prefetches them).
 SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const float> raw_logits,
-                              GrammarRowState* grammar = nullptr, const float* next_row = nullptr);
+                              GrammarRowState* grammar = nullptr, const float* next_row = nullptr,
+                              const kernels::RowChunkMaxima* chunks = nullptr);
 
 // A row that verifies speculative proposals (ScheduledSequence::num_proposed_tokens = K > 0):
 // `logits` holds its K + 1 rows. Draws position 0, 1, ... in order as K + 1 single-token steps

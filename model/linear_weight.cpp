@@ -134,15 +134,16 @@ std::vector<std::string> LinearWeight::format_names() const {
   return names;
 }
 
-void LinearWeight::forward(const float* x, float* out, int m, kernels::ThreadPool* pool,
-                           kernels::Isa isa) const {
+int64_t LinearWeight::forward(const float* x, float* out, int m, kernels::ThreadPool* pool,
+                              kernels::Isa isa, float* chunk_max) const {
   if (quantized_.empty()) {
-    kernels::matmul_packed(x, packed_, out, m, pool, isa);
-    return;
+    kernels::matmul_packed(x, packed_, out, m, pool, isa, chunk_max);
+    return chunk_max != nullptr ? kernels::PackedWeight::kTileRows : 0;
   }
   // The parts sit side by side in row order: one stacked call (x quantized once, one split of
   // all their tiles across the pool) gives the bits of one call per part.
   kernels::matmul_quantized_stacked(x, quantized_, out, m, rows_, pool, isa);
+  return 0;
 }
 
 EmbeddingTable::EmbeddingTable(std::vector<float> values, int hidden)

@@ -48,8 +48,11 @@ class LinearWeight {
 
   // out[r, :] = x[r, :] * w^T for r < m. x: [m, cols]; out: [m, rows]. Rows of out depend only
   // on their x row (the kernels' batch-invariance contract).
-  void forward(const float* x, float* out, int m, kernels::ThreadPool* pool,
-               kernels::Isa isa) const;
+  // chunk_max, when given, room for [m, ceil(rows / 64)]: float weights fill it with the
+  // maxima of each out row's 64-column chunks (matmul_packed) and return 64; quantized ones
+  // leave it and return 0.
+  int64_t forward(const float* x, float* out, int m, kernels::ThreadPool* pool, kernels::Isa isa,
+                  float* chunk_max = nullptr) const;
 
  private:
   kernels::PackedWeight packed_;                     // when every part is float

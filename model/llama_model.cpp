@@ -394,6 +394,7 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCac
   const int num_out = static_cast<int>(batch.logits_indices.size());
   // A step of prompt chunks that are not a prompt's last samples nothing: no rows to norm.
   if (num_out == 0) {
+    workspace.chunk_width_ = 0;
     release_if_large(workspace);
     return {};
   }
@@ -408,7 +409,18 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCac
   const size_t logits_size = static_cast<size_t>(num_out) * c.vocab_size;
   std::vector<float>& logits = workspace.logits_;
   if (logits.size() < logits_size) logits.resize(logits_size);
-  lm_head_.forward(selected.data(), logits.data(), num_out, pool_, isa_);
+  // Each row's chunk maxima, taken as the LM head writes it; not under a soft cap, which
+  // changes the values after.
+  const int64_t chunks_per_row =
+      (c.vocab_size + kernels::PackedWeight::kTileRows - 1) / kernels::PackedWeight::kTileRows;
+  const bool gather = batch.gather_chunk_maxima && c.final_logit_softcap <= 0.0f;
+  std::vector<float>& chunk_max = workspace.logit_chunk_max_;
+  if (gather && chunk_max.size() < static_cast<size_t>(num_out * chunks_per_row)) {
+    chunk_max.resize(static_cast<size_t>(num_out * chunks_per_row));
+  }
+  workspace.chunk_width_ = lm_head_.forward(selected.data(), logits.data(), num_out, pool_, isa_,
+                                            gather ? chunk_max.data() : nullptr);
+  workspace.chunks_per_row_ = chunks_per_row;
   if (c.final_logit_softcap > 0.0f) {
     kernels::soft_cap(logits.data(), static_cast<int64_t>(logits_size), c.final_logit_softcap,
                       pool_, isa_);

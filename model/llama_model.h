@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/packed_matmul.h"
+#include "kernels/cpu/sampling_rows.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/linear_weight.h"
 #include "model/loader/llama_weights.h"
@@ -33,6 +34,10 @@ struct ForwardBatch {
   std::vector<int32_t> block_tables;     // [num_seqs, max_blocks_per_seq], padded with 0
   int max_blocks_per_seq = 0;
   std::vector<int32_t> logits_indices;  // rows of token_ids whose logits are wanted
+  // Take each logits row's chunk maxima as the LM head writes it (a greedy row then reads one
+  // chunk of itself; Workspace::logit_chunk_maxima). Costs a little on every row: only when
+  // some row is drawn greedily.
+  bool gather_chunk_maxima = false;
 
   int num_seqs() const { return static_cast<int>(seq_lens.size()); }
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
@@ -89,11 +94,21 @@ class LlamaModel {
     ~Workspace();
     Workspace(Workspace&&) noexcept;
     Workspace& operator=(Workspace&&) noexcept;
+    // The chunk maxima of the last forward's logits rows, when its batch asked for them
+    // (ForwardBatch::gather_chunk_maxima) and the LM head could take them (float weights, no
+    // soft-capping); empty otherwise.
+    kernels::ChunkMaxima logit_chunk_maxima() const {
+      if (chunk_width_ == 0) return {};
+      return {logit_chunk_max_.data(), chunk_width_, chunks_per_row_};
+    }
 
    private:
     friend class LlamaModel;
     std::unique_ptr<Scratch> scratch_;
-    std::vector<float> logits_;  // only grows
+    std::vector<float> logits_;           // only grows
+    std::vector<float> logit_chunk_max_;  // only grows
+    int64_t chunk_width_ = 0;             // 0: logit_chunk_max_ is stale
+    int64_t chunks_per_row_ = 0;
   };
   // The same logits in the workspace; the span views them until its next use.
   std::span<const float> forward(const ForwardBatch& batch, PagedKvCache& cache,

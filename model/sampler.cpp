@@ -234,10 +234,13 @@ struct Draws {
 // One token per uniform in `us`, all from the same passes over the row (the cut does not
 // depend on the draw; only the walk does).
 Draws draw(std::span<const float> logits, const SamplingParams& params, std::span<const double> us,
-           const float* next_row = nullptr) {
+           const float* next_row = nullptr, const kernels::RowChunkMaxima* chunks = nullptr) {
   const int64_t vocab = static_cast<int64_t>(logits.size());
   auto first_max = [&] {
-    const int64_t argmax = kernels::row_argmax(logits.data(), vocab);
+    const int64_t from_chunks =
+        chunks != nullptr ? kernels::argmax_from_chunk_maxima(logits.data(), vocab, *chunks) : -1;
+    const int64_t argmax =
+        from_chunks >= 0 ? from_chunks : kernels::row_argmax(logits.data(), vocab);
     Draws out{std::vector<int32_t>(us.size(), static_cast<int32_t>(argmax))};
     out.row_max = logits[static_cast<size_t>(argmax)];  // NaN only when every element is
     return out;
@@ -387,10 +390,11 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& params
 std::vector<TokenLogprob> sample_tokens_logprob(std::span<const float> logits,
                                                 const SamplingParams& params,
                                                 std::span<const uint64_t> seeds, uint64_t step,
-                                                const float* next_row) {
+                                                const float* next_row,
+                                                const kernels::RowChunkMaxima* chunks) {
   std::vector<double> us;
   for (uint64_t seed : seeds) us.push_back(uniform_from_counter(seed, step));
-  const Draws d = draw(logits, params, us, next_row);
+  const Draws d = draw(logits, params, us, next_row, chunks);
   const double lse = std::isnan(d.log_sum_exp) ? log_sum_exp(logits, d.row_max) : d.log_sum_exp;
   std::vector<TokenLogprob> out;
   for (int32_t token : d.tokens) {
@@ -402,10 +406,10 @@ std::vector<TokenLogprob> sample_tokens_logprob(std::span<const float> logits,
 
 std::vector<int32_t> sample_tokens(std::span<const float> logits, const SamplingParams& params,
                                    std::span<const uint64_t> seeds, uint64_t step,
-                                   const float* next_row) {
+                                   const float* next_row, const kernels::RowChunkMaxima* chunks) {
   std::vector<double> us;
   for (uint64_t seed : seeds) us.push_back(uniform_from_counter(seed, step));
-  return draw(logits, params, us, next_row).tokens;
+  return draw(logits, params, us, next_row, chunks).tokens;
 }
 
 TokenLogprob sample_token_logprob(std::span<const float> logits, const SamplingParams& params,

@@ -9,6 +9,10 @@
 
 #include "model/sampling_params.h"
 
+namespace pagedserve::kernels {
+struct RowChunkMaxima;  // kernels/cpu/sampling_rows.h
+}
+
 namespace pagedserve::model {
 
 // Applies presence, frequency and repetition penalties (see SamplingParams) to `logits` in
@@ -49,16 +53,20 @@ TokenLogprob sample_token_logprob(std::span<const float> logits, const SamplingP
 // passes, and its log-sum-exp, are made once for all of them. next_row: the row of as many
 // logits this thread samples next, or null; it is read into cache while this row's exps are
 // computed (a prefetch, nothing else: the draws do not depend on it).
+// chunks: the row's chunk maxima when the LM head took them (kernels/cpu/sampling_rows.h),
+// else null; a greedy draw then reads one chunk of the row.
 std::vector<TokenLogprob> sample_tokens_logprob(std::span<const float> logits,
                                                 const SamplingParams& params,
                                                 std::span<const uint64_t> seeds, uint64_t step,
-                                                const float* next_row = nullptr);
+                                                const float* next_row = nullptr,
+                                                const kernels::RowChunkMaxima* chunks = nullptr);
 // The tokens alone, from the same passes (bit for bit sample_tokens_logprob's tokens), without
 // the log-sum-exp a logprob needs: a pass of exps over the row fewer for greedy rows and
 // temperatures other than 1.
 std::vector<int32_t> sample_tokens(std::span<const float> logits, const SamplingParams& params,
                                    std::span<const uint64_t> seeds, uint64_t step,
-                                   const float* next_row = nullptr);
+                                   const float* next_row = nullptr,
+                                   const kernels::RowChunkMaxima* chunks = nullptr);
 // The k most likely tokens, best first (ties: the lower id first); k is clamped to the vocab.
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k);
 

@@ -181,11 +181,13 @@ int run_bench_phases(const std::vector<std::string>& args) {
     for (int s = 0; s < batch_size; ++s) {
       batch.add_sequence({next[s]}, position, tables[s], block_size, true);
     }
+    batch.gather_chunk_maxima = sampling->is_greedy();  // as the CPU executor decides it
     const auto start = Clock::now();
     const std::span<const float> step_logits = model.forward(batch, cache, workspace);
     const auto sampling_start = Clock::now();
     for (actors::ScheduledSequence& row : rows) row.sample_step = static_cast<uint64_t>(step);
-    actors::sample_step_rows(rows, step_logits, static_cast<size_t>(c.vocab_size), &pool, sampled);
+    actors::sample_step_rows(rows, step_logits, static_cast<size_t>(c.vocab_size), &pool, sampled,
+                             nullptr, 0, workspace.logit_chunk_maxima());
     const double seconds = seconds_since(start);
     sampling_s.push_back(seconds_since(sampling_start));
     for (int s = 0; s < batch_size; ++s) next[s] = sampled[s].samples.at(0).token_id;

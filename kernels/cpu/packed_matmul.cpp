@@ -9,6 +9,7 @@
 #include <new>
 
 #include "kernels/cpu/huge_page_allocator.h"
+#include "kernels/cpu/sampling_rows.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace pagedserve::kernels {
@@ -104,7 +105,7 @@ void matmul_tile_portable(const float* x, const PackedWeight& w, float* out, int
 }  // namespace detail
 
 void matmul_packed(const float* x, const PackedWeight& w, float* out, int m, ThreadPool* pool,
-                   Isa isa) {
+                   Isa isa, float* chunk_max) {
   assert(m >= 0 && (m == 0 || (x != nullptr && out != nullptr)));
   assert(isa_supported(isa));
   if (m == 0 || w.rows() == 0) return;
@@ -114,8 +115,17 @@ void matmul_packed(const float* x, const PackedWeight& w, float* out, int m, Thr
   // Tiles are independent column ranges: any split across threads leaves every chain intact.
   // Each thread takes a contiguous run of tiles, which are stored one after another, so a
   // decode step's weights reach each core as one sequential stream.
-  parallel_for_contiguous(pool, w.num_tiles(), 2.0 * m * w.rows() * w.cols(),
-                          [&](int64_t tile) { tile_fn(x, w, out, m, static_cast<int>(tile)); });
+  const int n = w.rows();
+  parallel_for_contiguous(pool, w.num_tiles(), 2.0 * m * n * w.cols(), [&](int64_t tile) {
+    tile_fn(x, w, out, m, static_cast<int>(tile));
+    if (chunk_max == nullptr) return;
+    const int64_t first = tile * PackedWeight::kTileRows;
+    const int64_t cols = std::min<int64_t>(PackedWeight::kTileRows, n - first);
+    for (int r = 0; r < m; ++r) {
+      chunk_max[static_cast<int64_t>(r) * w.num_tiles() + tile] =
+          kernels::chunk_max(out + static_cast<int64_t>(r) * n + first, cols, isa);
+    }
+  });
 }
 
 }  // namespace pagedserve::kernels

@@ -69,8 +69,11 @@ class PackedWeight {
 // out[m, n] = x[m, k] * w^T with the fma-chain contract above. x rows are k floats apart, out
 // rows n floats apart. With a pool, the 64-column tiles are split across threads (each weight byte
 // is still read once per call). m may be 0.
+// chunk_max, when given: [m, num_tiles()], the largest non-NaN value (-inf if none) of each
+// row's 64-column tiles, taken right after each tile is written, while it is in cache (an LM
+// head's logits: a greedy row then reads one tile of itself; kernels/cpu/sampling_rows.h).
 void matmul_packed(const float* x, const PackedWeight& w, float* out, int m,
-                   ThreadPool* pool = nullptr, Isa isa = best_isa());
+                   ThreadPool* pool = nullptr, Isa isa = best_isa(), float* chunk_max = nullptr);
 
 // ---- Per-ISA kernels (kernels/cpu/matmul_*.cpp), for matmul_packed ------------------------------
 namespace detail {

@@ -111,6 +111,16 @@ PS_TARGET_AVX512 int64_t row_argmax_avx512(const float* x, int64_t n) {
   return _mm512_mask_reduce_min_epi32(holders, best_index);
 }
 
+PS_TARGET_AVX512 float chunk_max_avx512(const float* x, int64_t n) {
+  __m512 hi = _mm512_set1_ps(-kInf);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask16(n - i);
+    // max returns the second operand when either is NaN: the running value survives.
+    hi = _mm512_mask_max_ps(hi, m, _mm512_maskz_loadu_ps(m, x + i), hi);
+  }
+  return _mm512_reduce_max_ps(hi);
+}
+
 PS_TARGET_AVX512 void exp_pair(__m512 scaled, __m512d shift, __m512d* e_lo, __m512d* e_hi) {
   __m512d lo, hi;
   widen_to_pd(scaled, &lo, &hi);
@@ -248,6 +258,32 @@ RowRange row_min_max(const float* x, int64_t n, Isa isa) {
   assert(x != nullptr && n >= 1);
   if (isa == Isa::kAvx512) return row_min_max_avx512(x, n);
   return row_min_max_portable(x, n);
+}
+
+float chunk_max(const float* x, int64_t n, Isa isa) {
+  assert(x != nullptr && n >= 1);
+  if (isa == Isa::kAvx512) return chunk_max_avx512(x, n);
+  float top = -kInf;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isnan(x[i])) top = std::max(top, x[i]);
+  }
+  return top;
+}
+
+int64_t argmax_from_chunk_maxima(const float* x, int64_t n, const RowChunkMaxima& row) {
+  assert(x != nullptr && row.maxima != nullptr && row.width > 0 && n >= 1);
+  const int64_t num_chunks = (n + row.width - 1) / row.width;
+  float top = -kInf;
+  for (int64_t c = 0; c < num_chunks; ++c) top = std::max(top, row.maxima[c]);
+  if (top == -kInf) return -1;
+  for (int64_t c = 0; c < num_chunks; ++c) {
+    if (row.maxima[c] != top) continue;
+    // The first element equal to the maximum (NaN equals nothing): row_argmax's first maximum.
+    for (int64_t i = c * row.width; i < std::min(n, (c + 1) * row.width); ++i) {
+      if (x[i] == top) return i;
+    }
+  }
+  return -1;  // unreachable for maxima that describe x
 }
 
 int64_t row_argmax(const float* x, int64_t n, Isa isa) {

@@ -19,6 +19,28 @@ RowRange row_min_max(const float* x, int64_t n, Isa isa = best_isa());
 // The index of the first largest element of x[0, n) (n >= 1), as std::max_element finds it.
 int64_t row_argmax(const float* x, int64_t n, Isa isa = best_isa());
 
+// A row's chunk maxima, gathered by the matmul that wrote the row while each chunk was still in
+// cache (matmul_packed's `chunk_max`, the LM head's): maxima[c] is the largest non-NaN element of
+// x[c * width, min(n, (c + 1) * width)), -inf when there is none. A greedy row then reads one
+// chunk of itself, not the whole row.
+struct RowChunkMaxima {
+  const float* maxima = nullptr;  // ceil(n / width) of them
+  int64_t width = 0;
+};
+// The chunk maxima of every row of a [rows, n] matrix, row after row; empty when not gathered.
+struct ChunkMaxima {
+  const float* maxima = nullptr;
+  int64_t width = 0;
+  int64_t per_row = 0;
+  bool empty() const { return maxima == nullptr; }
+  RowChunkMaxima row(int64_t r) const { return {maxima + r * per_row, width}; }
+};
+// The largest non-NaN element of x[0, n) (n >= 1), -inf when there is none.
+float chunk_max(const float* x, int64_t n, Isa isa = best_isa());
+// row_argmax(x, n) from the row's chunk maxima, reading only the chunk that holds the maximum;
+// -1 when no element is above -inf (row_argmax decides those rows).
+int64_t argmax_from_chunk_maxima(const float* x, int64_t n, const RowChunkMaxima& row);
+
 // sum over i of exp(double(x[i]) - shift), in double (-inf elements add 0).
 double row_sum_exp(const float* x, int64_t n, double shift, Isa isa = best_isa());
 // The same sum from float exps of the float gaps x[i] - shift (shift finite, >= every x[i]),

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/sampling_rows.h"
 #include "model/sampler.h"
 
 namespace pagedserve::model {
@@ -280,14 +281,24 @@ TEST(SamplerReference, TheReturnedLogprobIsTheRawLogSoftmax) {
 }
 
 // sample_tokens (no logprob: the executor's call when the request ranks nothing by logprob)
-// draws each seed's token by the definition, greedy and sampled, with the next row prefetched.
+// draws each seed's token by the definition, greedy and sampled, with the next row prefetched,
+// and draws the same given the row's chunk maxima (a greedy row then reads one chunk).
 TEST(SamplerReference, SampleTokensDrawsEverySeedByTheDefinition) {
+  constexpr int kChunk = 64;
   std::mt19937 rng(11);
   int draws = 0;
   for (int vocab : {1000, 32000}) {
     for (Shape shape : {Shape::kFlat, Shape::kPeaked}) {
       const std::vector<float> logits = make_row(vocab, shape, rng);
       const std::vector<float> next = make_row(vocab, shape, rng);
+      std::vector<float> chunk_max;  // scanned here: the largest of each chunk
+      for (int first = 0; first < vocab; first += kChunk) {
+        float top = -std::numeric_limits<float>::infinity();
+        for (int i = first; i < std::min(vocab, first + kChunk); ++i) {
+          if (!std::isnan(logits[i])) top = std::max(top, logits[i]);
+        }
+        chunk_max.push_back(top);
+      }
       for (float temperature : {0.0f, 0.7f, 1.0f}) {
         for (float top_p : {1.0f, 0.9f}) {
           SamplingParams p;
@@ -296,6 +307,11 @@ TEST(SamplerReference, SampleTokensDrawsEverySeedByTheDefinition) {
           const std::vector<uint64_t> seeds = {rng(), rng(), rng()};
           const std::vector<int32_t> got = sample_tokens(logits, p, seeds, 5, next.data());
           ASSERT_EQ(got.size(), seeds.size());
+          // With the row's chunk maxima (what the LM head takes for greedy rows): the same.
+          const kernels::RowChunkMaxima row{chunk_max.data(), kChunk};
+          EXPECT_EQ(sample_tokens(logits, p, seeds, 5, next.data(), &row), got);
+          EXPECT_EQ(sample_tokens_logprob(logits, p, seeds, 5, next.data(), &row)[0].token_id,
+                    got[0]);
           for (size_t s = 0; s < seeds.size(); ++s) {
             const int32_t expected =
                 temperature == 0.0f
