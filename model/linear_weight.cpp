@@ -142,8 +142,14 @@ int64_t LinearWeight::forward(const float* x, float* out, int m, kernels::Thread
   }
   // The parts sit side by side in row order: one stacked call (x quantized once, one split of
   // all their tiles across the pool) gives the bits of one call per part.
-  kernels::matmul_quantized_stacked(x, quantized_, out, m, rows_, pool, isa);
-  return 0;
+  if (chunk_width() == 0) chunk_max = nullptr;
+  kernels::matmul_quantized_stacked(x, quantized_, out, m, rows_, pool, isa, chunk_max);
+  return chunk_max != nullptr ? kernels::kQuantChunkColumns : 0;
+}
+
+int64_t LinearWeight::chunk_width() const {
+  if (quantized_.empty()) return kernels::PackedWeight::kTileRows;
+  return quantized_.size() == 1 ? kernels::kQuantChunkColumns : 0;
 }
 
 EmbeddingTable::EmbeddingTable(std::vector<float> values, int hidden)

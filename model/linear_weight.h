@@ -48,9 +48,11 @@ class LinearWeight {
 
   // out[r, :] = x[r, :] * w^T for r < m. x: [m, cols]; out: [m, rows]. Rows of out depend only
   // on their x row (the kernels' batch-invariance contract).
-  // chunk_max, when given, room for [m, ceil(rows / 64)]: float weights fill it with the
-  // maxima of each out row's 64-column chunks (matmul_packed) and return 64; quantized ones
-  // leave it and return 0.
+  // The columns per chunk whose maxima forward() can take: 64 for float weights
+  // (matmul_packed), 16 for one quantized weight (matmul_quantized_stacked), else 0 (none).
+  int64_t chunk_width() const;
+  // chunk_max, when given and chunk_width() > 0: room for [m, ceil(rows / chunk_width())],
+  // filled with the maxima of each out row's chunks; returns the width filled (0: none).
   int64_t forward(const float* x, float* out, int m, kernels::ThreadPool* pool, kernels::Isa isa,
                   float* chunk_max = nullptr) const;
 

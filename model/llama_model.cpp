@@ -411,9 +411,9 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCac
   if (logits.size() < logits_size) logits.resize(logits_size);
   // Each row's chunk maxima, taken as the LM head writes it; not under a soft cap, which
   // changes the values after.
-  const int64_t chunks_per_row =
-      (c.vocab_size + kernels::PackedWeight::kTileRows - 1) / kernels::PackedWeight::kTileRows;
-  const bool gather = batch.gather_chunk_maxima && c.final_logit_softcap <= 0.0f;
+  const int64_t width = lm_head_.chunk_width();
+  const int64_t chunks_per_row = width > 0 ? (lm_head_.rows() + width - 1) / width : 0;
+  const bool gather = batch.gather_chunk_maxima && c.final_logit_softcap <= 0.0f && width > 0;
   std::vector<float>& chunk_max = workspace.logit_chunk_max_;
   if (gather && chunk_max.size() < static_cast<size_t>(num_out * chunks_per_row)) {
     chunk_max.resize(static_cast<size_t>(num_out * chunks_per_row));

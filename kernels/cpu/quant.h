@@ -90,7 +90,12 @@ void matmul_quantized(const float* x, const QuantizedWeight& w, float* out, int 
 // The same bits as one matmul_quantized call per weight, but x is quantized once per block size
 // and all the weights' tiles are split across the pool in one call, one sync point instead of
 // one per weight (a GGUF's separate q, k, v and gate, up tensors).
+// chunk_max, when given (one weight only): [m, ceil(n / kQuantChunkColumns)], the largest
+// non-NaN value (-inf if none) of each out row's 16-column chunks, taken as each is written
+// (a quantized LM head's, for greedy rows: kernels/cpu/sampling_rows.h).
+inline constexpr int kQuantChunkColumns = 16;
 void matmul_quantized_stacked(const float* x, std::span<const QuantizedWeight> ws, float* out,
-                              int m, int ldo, ThreadPool* pool = nullptr, Isa isa = best_isa());
+                              int m, int ldo, ThreadPool* pool = nullptr, Isa isa = best_isa(),
+                              float* chunk_max = nullptr);
 
 }  // namespace pagedserve::kernels

@@ -23,6 +23,7 @@
 #include "kernels/cpu/kv_dtype.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_kernels.h"
+#include "kernels/cpu/sampling_rows.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace pagedserve::kernels {
@@ -396,10 +397,12 @@ void matmul_quantized(const float* x, const QuantizedWeight& w, float* out, int 
 }
 
 void matmul_quantized_stacked(const float* x, std::span<const QuantizedWeight> ws, float* out,
-                              int m, int ldo, ThreadPool* pool, Isa isa) {
+                              int m, int ldo, ThreadPool* pool, Isa isa, float* chunk_max) {
+  static_assert(kQuantChunkColumns == detail::kTileCols);
   assert(m >= 0 && (m == 0 || (x != nullptr && out != nullptr)));
   assert(isa_supported(isa));
   const int count = static_cast<int>(ws.size());
+  assert(chunk_max == nullptr || count == 1);
   if (m == 0 || count == 0) return;
   const int k = ws[0].cols();
   // One quantization of x per block size the weights use (32 and 256 at most).
@@ -441,6 +444,13 @@ void matmul_quantized_stacked(const float* x, std::span<const QuantizedWeight> w
     while (i + 1 < count && tile >= runs[i + 1].first_tile) ++i;
     const Run& run = runs[i];
     run.tile_fn(*run.acts, *run.w, run.out, ldo, static_cast<int>(tile - run.first_tile));
+    if (chunk_max == nullptr) return;  // one weight: the stack's tiles are its own
+    const int64_t first = tile * detail::kTileCols;
+    const int64_t cols = std::min<int64_t>(detail::kTileCols, rows - first);
+    for (int r = 0; r < m; ++r) {
+      chunk_max[static_cast<int64_t>(r) * tiles + tile] =
+          kernels::chunk_max(out + static_cast<int64_t>(r) * ldo + first, cols, isa);
+    }
   });
 }
 

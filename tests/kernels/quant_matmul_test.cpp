@@ -4,10 +4,13 @@
 // and (3) the float product of the unquantized inputs with a tolerance from the formats.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "kernels/cpu/quant.h"
@@ -331,6 +334,42 @@ TEST(QuantMatmulTest, StackedEqualsOneCallPerWeight) {
           }
           matmul_quantized_stacked(x.data(), ws, got.data(), m, ldo, &pool, isa);
           ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
+        }
+      }
+    }
+  }
+}
+
+// A quantized LM head's chunk maxima (greedy rows): each out row's 16-column chunks, the
+// largest of what the call wrote there, by a scan of the output here; any type, width, m,
+// thread count and ISA.
+TEST(QuantMatmulTest, OneWeightsCallTakesEachChunksMaximum) {
+  std::mt19937 rng(31);
+  for (QuantType type : {QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K}) {
+    const int k = quant_block_elements(type) * 2;
+    for (int n : {1, 15, 16, 17, 100}) {
+      const Case c = quantized_case(rng, type, n, k);
+      const int tiles = (n + kQuantChunkColumns - 1) / kQuantChunkColumns;
+      for (Isa isa : supported_isas()) {
+        for (int threads : {1, 3}) {
+          ThreadPool pool(threads, 0.0);
+          const int m = 3, ldo = n + 3;
+          const std::vector<float> x = random_activations(rng, m, k);
+          std::vector<float> out(m * ldo, 0.0f), maxima(m * tiles, 123.0f);
+          matmul_quantized_stacked(x.data(), std::span(&c.w, 1), out.data(), m, ldo, &pool, isa,
+                                   maxima.data());
+          for (int r = 0; r < m; ++r) {
+            for (int t = 0; t < tiles; ++t) {
+              float want = -std::numeric_limits<float>::infinity();
+              for (int col = t * kQuantChunkColumns;
+                   col < std::min(n, (t + 1) * kQuantChunkColumns); ++col) {
+                want = std::max(want, out[r * ldo + col]);
+              }
+              EXPECT_EQ(maxima[r * tiles + t], want)
+                  << quant_type_name(type) << " n " << n << " " << isa_name(isa) << " row " << r
+                  << " chunk " << t;
+            }
+          }
         }
       }
     }
