@@ -134,17 +134,16 @@ std::vector<std::string> LinearWeight::format_names() const {
   return names;
 }
 
-int64_t LinearWeight::forward(const float* x, float* out, int m, kernels::ThreadPool* pool,
-                              kernels::Isa isa, float* chunk_max) const {
+void LinearWeight::forward(const float* x, float* out, int m, kernels::ThreadPool* pool,
+                           kernels::Isa isa, float* chunk_max) const {
+  assert(chunk_max == nullptr || chunk_width() > 0);
   if (quantized_.empty()) {
     kernels::matmul_packed(x, packed_, out, m, pool, isa, chunk_max);
-    return chunk_max != nullptr ? kernels::PackedWeight::kTileRows : 0;
+    return;
   }
   // The parts sit side by side in row order: one stacked call (x quantized once, one split of
   // all their tiles across the pool) gives the bits of one call per part.
-  if (chunk_width() == 0) chunk_max = nullptr;
   kernels::matmul_quantized_stacked(x, quantized_, out, m, rows_, pool, isa, chunk_max);
-  return chunk_max != nullptr ? kernels::kQuantChunkColumns : 0;
 }
 
 int64_t LinearWeight::chunk_width() const {

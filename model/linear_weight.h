@@ -51,10 +51,10 @@ class LinearWeight {
   // The columns per chunk whose maxima forward() can take: 64 for float weights
   // (matmul_packed), 16 for one quantized weight (matmul_quantized_stacked), else 0 (none).
   int64_t chunk_width() const;
-  // chunk_max, when given and chunk_width() > 0: room for [m, ceil(rows / chunk_width())],
-  // filled with the maxima of each out row's chunks; returns the width filled (0: none).
-  int64_t forward(const float* x, float* out, int m, kernels::ThreadPool* pool, kernels::Isa isa,
-                  float* chunk_max = nullptr) const;
+  // chunk_max, when given (only where chunk_width() > 0): room for [m, ceil(rows /
+  // chunk_width())], filled with the maxima of each out row's chunks.
+  void forward(const float* x, float* out, int m, kernels::ThreadPool* pool, kernels::Isa isa,
+               float* chunk_max = nullptr) const;
 
  private:
   kernels::PackedWeight packed_;                     // when every part is float

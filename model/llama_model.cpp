@@ -418,8 +418,9 @@ std::span<const float> LlamaModel::forward(const ForwardBatch& batch, PagedKvCac
   if (gather && chunk_max.size() < static_cast<size_t>(num_out * chunks_per_row)) {
     chunk_max.resize(static_cast<size_t>(num_out * chunks_per_row));
   }
-  workspace.chunk_width_ = lm_head_.forward(selected.data(), logits.data(), num_out, pool_, isa_,
-                                            gather ? chunk_max.data() : nullptr);
+  lm_head_.forward(selected.data(), logits.data(), num_out, pool_, isa_,
+                   gather ? chunk_max.data() : nullptr);
+  workspace.chunk_width_ = gather ? width : 0;
   workspace.chunks_per_row_ = chunks_per_row;
   if (c.final_logit_softcap > 0.0f) {
     kernels::soft_cap(logits.data(), static_cast<int64_t>(logits_size), c.final_logit_softcap,

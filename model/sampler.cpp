@@ -387,14 +387,19 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& params
   return draw(logits, params, std::span(&u, 1)).tokens[0];
 }
 
+// One uniform per seed, at this step.
+std::vector<double> uniforms(std::span<const uint64_t> seeds, uint64_t step) {
+  std::vector<double> us;
+  for (uint64_t seed : seeds) us.push_back(uniform_from_counter(seed, step));
+  return us;
+}
+
 std::vector<TokenLogprob> sample_tokens_logprob(std::span<const float> logits,
                                                 const SamplingParams& params,
                                                 std::span<const uint64_t> seeds, uint64_t step,
                                                 const float* next_row,
                                                 const kernels::RowChunkMaxima* chunks) {
-  std::vector<double> us;
-  for (uint64_t seed : seeds) us.push_back(uniform_from_counter(seed, step));
-  const Draws d = draw(logits, params, us, next_row, chunks);
+  const Draws d = draw(logits, params, uniforms(seeds, step), next_row, chunks);
   const double lse = std::isnan(d.log_sum_exp) ? log_sum_exp(logits, d.row_max) : d.log_sum_exp;
   std::vector<TokenLogprob> out;
   for (int32_t token : d.tokens) {
@@ -407,9 +412,7 @@ std::vector<TokenLogprob> sample_tokens_logprob(std::span<const float> logits,
 std::vector<int32_t> sample_tokens(std::span<const float> logits, const SamplingParams& params,
                                    std::span<const uint64_t> seeds, uint64_t step,
                                    const float* next_row, const kernels::RowChunkMaxima* chunks) {
-  std::vector<double> us;
-  for (uint64_t seed : seeds) us.push_back(uniform_from_counter(seed, step));
-  return draw(logits, params, us, next_row, chunks).tokens;
+  return draw(logits, params, uniforms(seeds, step), next_row, chunks).tokens;
 }
 
 TokenLogprob sample_token_logprob(std::span<const float> logits, const SamplingParams& params,

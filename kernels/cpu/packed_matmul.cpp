@@ -120,11 +120,8 @@ void matmul_packed(const float* x, const PackedWeight& w, float* out, int m, Thr
     tile_fn(x, w, out, m, static_cast<int>(tile));
     if (chunk_max == nullptr) return;
     const int64_t first = tile * PackedWeight::kTileRows;
-    const int64_t cols = std::min<int64_t>(PackedWeight::kTileRows, n - first);
-    for (int r = 0; r < m; ++r) {
-      chunk_max[static_cast<int64_t>(r) * w.num_tiles() + tile] =
-          kernels::chunk_max(out + static_cast<int64_t>(r) * n + first, cols, isa);
-    }
+    tile_chunk_maxima(out, n, m, first, std::min<int64_t>(PackedWeight::kTileRows, n - first),
+                      chunk_max + tile, w.num_tiles(), isa);
   });
 }
 

@@ -446,11 +446,8 @@ void matmul_quantized_stacked(const float* x, std::span<const QuantizedWeight> w
     run.tile_fn(*run.acts, *run.w, run.out, ldo, static_cast<int>(tile - run.first_tile));
     if (chunk_max == nullptr) return;  // one weight: the stack's tiles are its own
     const int64_t first = tile * detail::kTileCols;
-    const int64_t cols = std::min<int64_t>(detail::kTileCols, rows - first);
-    for (int r = 0; r < m; ++r) {
-      chunk_max[static_cast<int64_t>(r) * tiles + tile] =
-          kernels::chunk_max(out + static_cast<int64_t>(r) * ldo + first, cols, isa);
-    }
+    tile_chunk_maxima(out, ldo, m, first, std::min<int64_t>(detail::kTileCols, rows - first),
+                      chunk_max + tile, tiles, isa);
   });
 }
 

@@ -263,11 +263,12 @@ RowRange row_min_max(const float* x, int64_t n, Isa isa) {
 float chunk_max(const float* x, int64_t n, Isa isa) {
   assert(x != nullptr && n >= 1);
   if (isa == Isa::kAvx512) return chunk_max_avx512(x, n);
-  float top = -kInf;
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isnan(x[i])) top = std::max(top, x[i]);
-  }
-  return top;
+  return row_min_max_portable(x, n).max;  // -inf when every element is NaN
+}
+
+void tile_chunk_maxima(const float* out, int64_t ldo, int m, int64_t first, int64_t cols,
+                       float* maxima, int64_t stride, Isa isa) {
+  for (int r = 0; r < m; ++r) maxima[r * stride] = chunk_max(out + r * ldo + first, cols, isa);
 }
 
 int64_t argmax_from_chunk_maxima(const float* x, int64_t n, const RowChunkMaxima& row) {

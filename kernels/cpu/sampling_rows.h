@@ -37,6 +37,11 @@ struct ChunkMaxima {
 };
 // The largest non-NaN element of x[0, n) (n >= 1), -inf when there is none.
 float chunk_max(const float* x, int64_t n, Isa isa = best_isa());
+// The chunk maxima of one column tile of m rows, right after a matmul wrote it: maxima[r *
+// stride] = chunk_max of out[r * ldo + first, + cols) (matmul_packed's and
+// matmul_quantized_stacked's chunk_max).
+void tile_chunk_maxima(const float* out, int64_t ldo, int m, int64_t first, int64_t cols,
+                       float* maxima, int64_t stride, Isa isa = best_isa());
 // row_argmax(x, n) from the row's chunk maxima, reading only the chunk that holds the maximum;
 // -1 when no element is above -inf (row_argmax decides those rows).
 int64_t argmax_from_chunk_maxima(const float* x, int64_t n, const RowChunkMaxima& row);
