@@ -300,8 +300,9 @@ double share_tolerance(const kernels::ExpBandResult& pass, const kernels::ExpBan
   const double mean_gap =
       std::min<double>(spread, pass.gap_weighted_mass / pass.total * (1.0 + 2.0 * sum_error));
   const double divisor_gap = filter.cuts() ? std::max<double>(mean_gap, prefix_gap) : mean_gap;
+  // Each of the two masses also carries the pass's own summation error.
   return kernels::single_precision_exp_error(prefix_gap) +
-         kernels::single_precision_exp_error(divisor_gap);
+         kernels::single_precision_exp_error(divisor_gap) + 2.0 * pass.sum_error;
 }
 
 // The cut's walk (top-p) or test (min-p), then the draw's at u times the mass kept.
