@@ -282,28 +282,11 @@ double min_p_kept(const Row& row, double mass_above, const Band& band, const Ban
   return kept / row.total;
 }
 
-// The relative error of a share the walks compare, with float masses: each term within
-// single_precision_exp_error of its gap (the gap's rounding grows with it). A share is a
-// prefix's mass (every term's gap below the last band's end, or the spread) over the total
-// (whose error, a mass-weighted sum, is that of the row's mean gap), or under a cut over the
-// cut's prefix. The spread alone would bound both: for the benchmark model's rows (spread ~9,
-// mean gap ~3.4, a T=1 band ending ~4 nats down) it is ~1.8 times wider, and every comparison
-// within it costs the exact pass.
-double share_tolerance(const kernels::ExpBandResult& pass, const kernels::ExpBandParams& bands,
-                       int64_t n, float spread, const Filter& filter) {
-  float prefix_gap = 0.0f;
-  for (int b = 0; b < bands.num_bands; ++b) {
-    prefix_gap = std::max(prefix_gap, std::min(bands.below[b], spread));
-  }
-  // The float sum's own error (kernels::ExpBandResult), with room to spare.
-  const double sum_error = (static_cast<double>(n) / 16.0 + 8.0) * 0x1.0p-24;
-  const double mean_gap =
-      std::min<double>(spread, pass.gap_weighted_mass / pass.total * (1.0 + 2.0 * sum_error));
-  const double divisor_gap = filter.cuts() ? std::max<double>(mean_gap, prefix_gap) : mean_gap;
-  // Each of the two masses also carries the pass's own summation error.
-  return kernels::single_precision_exp_error(prefix_gap) +
-         kernels::single_precision_exp_error(divisor_gap) + 2.0 * pass.sum_error;
-}
+// The relative error of a share the walks compare, with float masses: a prefix's mass (the
+// mass before a band plus band masses) over the total, or under a cut over the cut's prefix.
+// Each is within the pass's mass_error of its exact value (kernels::ExpBandResult), whatever
+// the gaps of its terms.
+double share_tolerance(const kernels::ExpBandResult& pass) { return 2.0 * pass.mass_error; }
 
 // The cut's walk (top-p) or test (min-p), then the draw's at u times the mass kept.
 int32_t decide(const Band& band, const Plan& plan, const kernels::ExpBandResult& sums,
@@ -384,8 +367,8 @@ std::optional<BandDraw> band_draw(std::span<const float> logits, float temperatu
   const size_t count = static_cast<size_t>(pass.band_count);
   const Band band{std::span(sc.band_ids).first(count), std::span(sc.band_scaled).first(count),
                   std::span(sc.band_mass).first(count)};
-  int32_t token = decide(band, plan, pass, max_scaled, u, filter,
-                         share_tolerance(pass, plan.pass, n, spread, filter), kAbsTolerance);
+  int32_t token =
+      decide(band, plan, pass, max_scaled, u, filter, share_tolerance(pass), kAbsTolerance);
   if (token == kUndecided) {
     // Too close to call in float: the same bands with exact masses, the total and the masses
     // before the bands from a double pass (still no histogram), which always decides.

@@ -9,6 +9,7 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <numbers>
 
 #include "kernels/cpu/avx512_lanes.h"
 #include "kernels/cpu/exp_avx512.h"
@@ -59,10 +60,11 @@ ExpBandResult exp_band_portable(const ExpBandParams& p) {
   for (int64_t i = 0; i < p.n; ++i) {
     const float s = scaled(p.logits[i], p.temperature);
     const float gap = p.max_scaled - s;
-    const double e = p.exact ? std::exp(static_cast<double>(s) - p.max_scaled)
-                             : static_cast<double>(float_exp(s - p.max_scaled));
+    // Float masses: the double exp rounded to float, within kBandMassError whatever the gap
+    // (a float exp of the float gap would carry the gap's rounding).
+    const double exact = std::exp(static_cast<double>(s) - p.max_scaled);
+    const double e = p.exact ? exact : static_cast<double>(static_cast<float>(exact));
     r.total += e;
-    if (!p.exact) r.gap_weighted_mass += e * gap;
     bool in_band = false;
     for (int b = 0; b < p.num_bands; ++b) {
       if (gap < p.above[b]) r.mass_above[b] += e;
@@ -75,8 +77,9 @@ ExpBandResult exp_band_portable(const ExpBandParams& p) {
     }
     p.band_ids[r.band_count] = static_cast<int32_t>(i);
     p.band_scaled[r.band_count] = s;
-    p.band_mass[r.band_count++] = static_cast<double>(static_cast<float>(e));
+    p.band_mass[r.band_count++] = e;
   }
+  r.mass_error = p.exact ? 0.0 : kBandMassError;
   return r;
 }
 
@@ -167,16 +170,40 @@ PS_TARGET_AVX512 void add_four_widened(const __m512 (&v)[4], __m512d* lo, __m512
   *hi = _mm512_add_pd(*hi, sum_hi);
 }
 
+// The float exps' scale (exp_avx512_times_pow2): each element's float mass is e^(s - shift) *
+// 2^-k, its exact mass e^(s - max_scaled) times `factor`. s - shift is exact and within
+// [-128, 128], where the exp's range reduction is exact: shift is 0 when every s of the row
+// lies there (max_scaled in [-41, 128], no gap past 87), and otherwise (every |s| > 41, so
+// their ulps are at least 2^-18) an integer within 44.5 of every s, so s - shift is a multiple
+// of 2^-18 below 2^24 of them.
+struct ExpScale {
+  float shift = 0.0f;
+  float k = 0.0f;       // round((max_scaled - shift) / ln2)
+  double factor = 1.0;  // e^(max_scaled - shift - k ln2)
+};
+ExpScale exp_scale(float max_scaled) {
+  ExpScale sc;
+  if (!(max_scaled >= -41.0f && max_scaled <= 128.0f)) {
+    sc.shift = std::nearbyint(max_scaled - 44.0f);
+  }
+  const double top = static_cast<double>(max_scaled) - sc.shift;
+  sc.k = static_cast<float>(std::nearbyint(top / std::numbers::ln2));
+  sc.factor = std::exp(top - sc.k * std::numbers::ln2);
+  return sc;
+}
+
 // kUnit: temperature 1 (the OpenAI default), whose division is skipped: x / 1 is x, bit for bit.
 // One band (a draw with no cut) sums four vectors at a time (add_four_widened): -4 to -11% on
-// a 128k T=1 draw. Two bands (a top-p or min-p cut) widen every vector: their cut's decision
-// sits close to the float bound already (a benchmark-model row's top-p cut lies ~7 nats down),
-// and the block sums' rounding sent most of those draws to the exact pass.
+// a 128k T=1 draw. Two bands (a top-p or min-p cut) widen every vector: the block sums'
+// rounding would widen the tolerance of their cut's decision.
 template <int kBands, bool kUnit>
 PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
   constexpr bool kBlockSums = kBands == 1;
   const __m512 t = _mm512_set1_ps(p.temperature);
   const __m512 max_scaled = _mm512_set1_ps(p.max_scaled);
+  const ExpScale scale = exp_scale(p.max_scaled);
+  const __m512 shift = _mm512_set1_ps(scale.shift);
+  const __m512 minus_k = _mm512_set1_ps(-scale.k);
   __m512 minus_above[kBands], minus_below[kBands];
   __m512d above_lo[kBands], above_hi[kBands];
   for (int b = 0; b < kBands; ++b) {
@@ -187,7 +214,6 @@ PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
   __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i step = _mm512_set1_epi32(16);
   __m512d total_lo = _mm512_setzero_pd(), total_hi = _mm512_setzero_pd();
-  __m512 minus_gap_mass = _mm512_setzero_ps();
   // Locals, not p's fields: the stores through the band pointers could alias p otherwise, and
   // every field would be read again each vector.
   const float* const logits = p.logits;
@@ -211,9 +237,8 @@ PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
         _mm_prefetch(reinterpret_cast<const char*>(prefetch + i), _MM_HINT_T0);
       }
       const __m512 s = kUnit ? raw : _mm512_div_ps(raw, t);
-      const __m512 minus_gap = _mm512_sub_ps(s, max_scaled);
-      e[v] = _mm512_maskz_mov_ps(m, exp_avx512_in_range(minus_gap));
-      minus_gap_mass = _mm512_fmadd_ps(e[v], minus_gap, minus_gap_mass);
+      const __m512 minus_gap = _mm512_sub_ps(s, max_scaled);  // classifies; the exp is exact's
+      e[v] = _mm512_maskz_mov_ps(m, exp_avx512_times_pow2(_mm512_sub_ps(s, shift), minus_k));
       __m512d e_lo, e_hi;
       if constexpr (!kBlockSums) {
         widen_to_pd(e[v], &e_lo, &e_hi);
@@ -248,23 +273,27 @@ PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
     }
   }
   r.band_count = count;
-  r.sum_error = kBlockSums ? kBlockSumError : 0.0;
+  // Every mass on the exact scale: the float exps over the common factor, in double (a
+  // rounding of 2^-53, inside kBandMassError's margin).
+  const double inverse = 1.0 / scale.factor;
+  const __m512d inverse_v = _mm512_set1_pd(inverse);
   // The band's exps again, from its scaled logits: the same operations on the same values, so
   // the same bits, for a band of a few percent of the row instead of a third compressed store
-  // on every vector of it. Widened to the doubles the walk sums.
+  // on every vector of it.
   for (int64_t j = 0; j < count; j += 16) {
     const __mmask16 m = tail_mask16(count - j);
-    const __m512 minus_gap = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, band_scaled + j), max_scaled);
+    const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, band_scaled + j), shift);
     __m512d lo, hi;
-    widen_to_pd(exp_avx512_in_range(minus_gap), &lo, &hi);
-    _mm512_mask_storeu_pd(band_mass + j, static_cast<__mmask8>(m), lo);
-    _mm512_mask_storeu_pd(band_mass + j + 8, static_cast<__mmask8>(m >> 8), hi);
+    widen_to_pd(exp_avx512_times_pow2(x, minus_k), &lo, &hi);
+    _mm512_mask_storeu_pd(band_mass + j, static_cast<__mmask8>(m), _mm512_mul_pd(lo, inverse_v));
+    _mm512_mask_storeu_pd(band_mass + j + 8, static_cast<__mmask8>(m >> 8),
+                          _mm512_mul_pd(hi, inverse_v));
   }
-  r.total = _mm512_reduce_add_pd(_mm512_add_pd(total_lo, total_hi));
-  r.gap_weighted_mass = -static_cast<double>(_mm512_reduce_add_ps(minus_gap_mass));
+  r.total = _mm512_reduce_add_pd(_mm512_add_pd(total_lo, total_hi)) * inverse;
   for (int b = 0; b < kBands; ++b) {
-    r.mass_above[b] = _mm512_reduce_add_pd(_mm512_add_pd(above_lo[b], above_hi[b]));
+    r.mass_above[b] = _mm512_reduce_add_pd(_mm512_add_pd(above_lo[b], above_hi[b])) * inverse;
   }
+  r.mass_error = kBandMassError + (kBlockSums ? kBlockSumError : 0.0);
   return r;
 }
 

@@ -45,8 +45,8 @@ struct ExpBandParams {
   int num_bands = 1;                     // 1 or kMaxBands
   std::array<float, kMaxBands> above{};  // g < above: before the band
   std::array<float, kMaxBands> below{};  // g >= below: after it (infinity: nothing after it)
-  // The bands' ids (ascending), scaled logits and float exps (widened to double, exactly:
-  // the masses the band walk sums); room for capacity + 16 entries each (whole vectors are
+  // The bands' ids (ascending), scaled logits and masses (the float exps, as doubles: the
+  // masses the band walk sums); room for capacity + 16 entries each (whole vectors are
   // stored). More than capacity elements stop the pass (overflow: the sums and the bands are
   // then incomplete).
   int32_t* band_ids = nullptr;
@@ -62,18 +62,18 @@ struct ExpBandParams {
   // masses, and nothing collected (the band pointers may be null).
   bool exact = false;
 };
+// How far a float pass's mass of one element may be from the exact exp(double(s) -
+// double(max_scaled)), relative, whatever its gap: the AVX-512 pass computes e^s' * 2^-k (s'
+// the scaled logit shifted exactly, exp_avx512_times_pow2) and rescales by the common factor in
+// double; the portable one rounds a double exp to float.
+inline constexpr double kBandMassError = 3.01 * 0x1.0p-24;
 struct ExpBandResult {
-  double total = 0.0;  // every element's exp (float, or double if exact)
-  // The relative error of total and of each mass_above against the exact sums of the same
-  // float exps (beside each term's own error): 0 when every exp is widened and summed in
-  // double; a few 2^-24 when the pass sums blocks of them in float lanes first (AVX-512, one
-  // band), which is cheaper than widening every vector.
-  double sum_error = 0.0;
-  // Sum of exp times gap over every element (not when exact). Over total, the row's
-  // mass-weighted mean gap: the float total's relative error is at most
-  // single_precision_exp_error of that mean, not of the spread. Summed in sixteen float lanes
-  // on AVX-512 (terms of one sign): within (n / 16 + 8) * 2^-24 of itself, relative.
-  double gap_weighted_mass = 0.0;
+  double total = 0.0;  // every element's mass (float exps, or double ones if exact)
+  // The relative error bound of total, of each mass_above and of each band mass against the
+  // exact masses of the same elements: kBandMassError a term, plus the rounding of float block
+  // sums where the pass adds vectors in float lanes before widening them (AVX-512, one band:
+  // cheaper than widening every vector). 0 when exact.
+  double mass_error = 0.0;
   std::array<double, kMaxBands> mass_above{};  // of the elements before each band
   int64_t band_count = 0;                      // collected (at most capacity)
   bool overflow = false;
