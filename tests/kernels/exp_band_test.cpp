@@ -82,6 +82,22 @@ TEST(ExpBand, ScaledExpsAreWithinTheirBound) {
   }
 }
 
+// Room for a pass to collect `capacity` elements (plus its whole-vector stores), attached to p.
+struct BandBuffers {
+  std::vector<int32_t> ids;
+  std::vector<float> scaled;
+  std::vector<double> masses;
+  BandBuffers(ExpBandParams& p, int64_t capacity)
+      : ids(static_cast<size_t>(capacity) + 16),
+        scaled(static_cast<size_t>(capacity) + 16),
+        masses(static_cast<size_t>(capacity) + 16) {
+    p.band_ids = ids.data();
+    p.band_scaled = scaled.data();
+    p.band_mass = masses.data();
+    p.capacity = capacity;
+  }
+};
+
 struct Classified {
   std::vector<int32_t> ids;
   std::vector<float> scaled;
@@ -129,13 +145,10 @@ TEST(ExpBand, ClassifiesEveryElementAndSumsWithinTheFloatBound) {
         p.num_bands = bands;
         p.above = {0.8f, 2.0f};  // the second overlaps the first
         p.below = {n % 3 == 0 ? kInf : 2.5f, 3.5f};
-        std::vector<int32_t> ids(static_cast<size_t>(n) + 16);
-        std::vector<float> scaled(static_cast<size_t>(n) + 16);
-        std::vector<double> exps(static_cast<size_t>(n) + 16);
-        p.band_ids = ids.data();
-        p.band_scaled = scaled.data();
-        p.band_mass = exps.data();
-        p.capacity = n;
+        BandBuffers band(p, n);
+        const std::vector<int32_t>& ids = band.ids;
+        const std::vector<float>& scaled = band.scaled;
+        const std::vector<double>& exps = band.masses;
         const Classified want = classify(x, p);
         const ExpBandResult got = exp_band(p, isa);
         const std::string where = std::string(isa_name(isa)) + " n=" + std::to_string(n);
@@ -197,13 +210,9 @@ TEST(ExpBand, FloatMassesAreWithinTheirBoundWhateverTheGapAndOffset) {
         p.max_scaled = max_scaled;
         p.above = {0.0f, 0.0f};
         p.below = {kInf, kInf};
-        std::vector<int32_t> ids(static_cast<size_t>(n) + 16);
-        std::vector<float> scaled(static_cast<size_t>(n) + 16);
-        std::vector<double> masses(static_cast<size_t>(n) + 16);
-        p.band_ids = ids.data();
-        p.band_scaled = scaled.data();
-        p.band_mass = masses.data();
-        p.capacity = n;
+        BandBuffers band(p, n);
+        const std::vector<float>& scaled = band.scaled;
+        const std::vector<double>& masses = band.masses;
         const std::string where = std::string(isa_name(isa)) + " top=" + std::to_string(top) +
                                   " T=" + std::to_string(temperature);
         const ExpBandResult got = exp_band(p, isa);
