@@ -192,6 +192,24 @@ ExpScale exp_scale(float max_scaled) {
   return sc;
 }
 
+// The band's masses again, from its scaled logits: the same operations on the same values, so
+// the same float exps, for a band of a few percent of the row instead of a third compressed
+// store on every vector of it; times `inverse` (1 / the scale's factor) in double.
+PS_TARGET_AVX512 void band_masses_avx512(const float* band_scaled, int64_t count,
+                                         const ExpScale& scale, double inverse, double* out) {
+  const __m512 shift = _mm512_set1_ps(scale.shift);
+  const __m512 minus_k = _mm512_set1_ps(-scale.k);
+  const __m512d inverse_v = _mm512_set1_pd(inverse);
+  for (int64_t j = 0; j < count; j += 16) {
+    const __mmask16 m = tail_mask16(count - j);
+    const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, band_scaled + j), shift);
+    __m512d lo, hi;
+    widen_to_pd(exp_avx512_times_pow2(x, minus_k), &lo, &hi);
+    _mm512_mask_storeu_pd(out + j, static_cast<__mmask8>(m), _mm512_mul_pd(lo, inverse_v));
+    _mm512_mask_storeu_pd(out + j + 8, static_cast<__mmask8>(m >> 8), _mm512_mul_pd(hi, inverse_v));
+  }
+}
+
 // kUnit: temperature 1 (the OpenAI default), whose division is skipped: x / 1 is x, bit for bit.
 // One band (a draw with no cut) sums four vectors at a time (add_four_widened): -4 to -11% on
 // a 128k T=1 draw. Two bands (a top-p or min-p cut) widen every vector: the block sums'
@@ -237,7 +255,8 @@ PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
         _mm_prefetch(reinterpret_cast<const char*>(prefetch + i), _MM_HINT_T0);
       }
       const __m512 s = kUnit ? raw : _mm512_div_ps(raw, t);
-      const __m512 minus_gap = _mm512_sub_ps(s, max_scaled);  // classifies; the exp is exact's
+      // The gap classifies the element; the exp is taken of s itself (exp_scale).
+      const __m512 minus_gap = _mm512_sub_ps(s, max_scaled);
       e[v] = _mm512_maskz_mov_ps(m, exp_avx512_times_pow2(_mm512_sub_ps(s, shift), minus_k));
       __m512d e_lo, e_hi;
       if constexpr (!kBlockSums) {
@@ -276,19 +295,7 @@ PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
   // Every mass on the exact scale: the float exps over the common factor, in double (a
   // rounding of 2^-53, inside kBandMassError's margin).
   const double inverse = 1.0 / scale.factor;
-  const __m512d inverse_v = _mm512_set1_pd(inverse);
-  // The band's exps again, from its scaled logits: the same operations on the same values, so
-  // the same bits, for a band of a few percent of the row instead of a third compressed store
-  // on every vector of it.
-  for (int64_t j = 0; j < count; j += 16) {
-    const __mmask16 m = tail_mask16(count - j);
-    const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, band_scaled + j), shift);
-    __m512d lo, hi;
-    widen_to_pd(exp_avx512_times_pow2(x, minus_k), &lo, &hi);
-    _mm512_mask_storeu_pd(band_mass + j, static_cast<__mmask8>(m), _mm512_mul_pd(lo, inverse_v));
-    _mm512_mask_storeu_pd(band_mass + j + 8, static_cast<__mmask8>(m >> 8),
-                          _mm512_mul_pd(hi, inverse_v));
-  }
+  band_masses_avx512(band_scaled, count, scale, inverse, band_mass);
   r.total = _mm512_reduce_add_pd(_mm512_add_pd(total_lo, total_hi)) * inverse;
   for (int b = 0; b < kBands; ++b) {
     r.mass_above[b] = _mm512_reduce_add_pd(_mm512_add_pd(above_lo[b], above_hi[b])) * inverse;
