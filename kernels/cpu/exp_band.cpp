@@ -248,10 +248,12 @@ PS_TARGET_AVX512 ExpBandResult exp_band_avx512(const ExpBandParams& p) {
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v, index = _mm512_add_epi32(index, step)) {
       const int64_t i = first + 16 * v;
-      // Past the row's end (its last four vectors): no lanes, every sum gets zeros.
-      const __mmask16 m = i < n ? tail_mask16(n - i) : 0;
-      const __m512 raw = _mm512_maskz_loadu_ps(m, logits + i);
-      if (prefetch != nullptr) {
+      // Past the row's end (its last four vectors): no lanes, every sum gets zeros, and no
+      // pointer past the row is formed.
+      const bool inside = i < n;
+      const __mmask16 m = inside ? tail_mask16(n - i) : 0;
+      const __m512 raw = _mm512_maskz_loadu_ps(m, logits + (inside ? i : 0));
+      if (prefetch != nullptr && inside) {
         _mm_prefetch(reinterpret_cast<const char*>(prefetch + i), _MM_HINT_T0);
       }
       const __m512 s = kUnit ? raw : _mm512_div_ps(raw, t);
