@@ -2,7 +2,6 @@
 // top logprobs beam search asks for) spread over the thread pool; each stage timed.
 #include "actors/cpu_executor.h"
 
-#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -85,9 +84,7 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
                        device_cache_.block_size(), seq.sample ? 1 + seq.num_proposed_tokens : 0);
   }
   // A greedy row reads one chunk of itself when the LM head takes each chunk's maximum.
-  batch.gather_chunk_maxima = std::any_of(seqs.begin(), seqs.end(), [](const ScheduledSequence& s) {
-    return s.sample && s.sampling && s.sampling->is_greedy() && s.num_proposed_tokens == 0;
-  });
+  batch.gather_chunk_maxima = step_reads_chunk_maxima(seqs);
   const std::span<const float> logits = model_.forward(batch, device_cache_, workspace_);
   output.times.forward_s = seconds_since(start);
 

@@ -24,7 +24,7 @@ std::vector<model::TokenLogprob> draw_row(std::span<const float> row,
                                           const model::SamplingParams& sampling,
                                           std::span<const uint64_t> seeds, uint64_t step,
                                           const float* next_row = nullptr,
-                                          const kernels::RowChunkMaxima* chunks = nullptr) {
+                                          const kernels::RowChunkMaxima& chunks = {}) {
   if (sampling.needs_sampled_logprob()) {
     return model::sample_tokens_logprob(row, sampling, seeds, step, next_row, chunks);
   }
@@ -158,11 +158,9 @@ void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<cons
             const float* next_row = r + 1 < sampling_seqs.size()
                                         ? logits.data() + first_logits[r + 1] * vocab
                                         : nullptr;
-            const kernels::RowChunkMaxima row_chunks =
-                chunks.empty() ? kernels::RowChunkMaxima{}
-                               : chunks.row(static_cast<int64_t>(first_logits[r]));
-            out[i] = sample_row(seqs[i], logits.subspan(first_logits[r] * vocab, vocab),
-                                row_grammars[r], next_row, chunks.empty() ? nullptr : &row_chunks);
+            out[i] =
+                sample_row(seqs[i], logits.subspan(first_logits[r] * vocab, vocab), row_grammars[r],
+                           next_row, chunks.row(static_cast<int64_t>(first_logits[r])));
           }
         } catch (...) {
           errors[r] = std::current_exception();
@@ -173,9 +171,15 @@ void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<cons
   }
 }
 
+bool step_reads_chunk_maxima(const std::vector<ScheduledSequence>& seqs) {
+  return std::any_of(seqs.begin(), seqs.end(), [](const ScheduledSequence& s) {
+    return s.sample && s.sampling && s.sampling->is_greedy() && s.num_proposed_tokens == 0;
+  });
+}
+
 SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const float> raw_logits,
                               GrammarRowState* grammar, const float* next_row,
-                              const kernels::RowChunkMaxima* chunks) {
+                              const kernels::RowChunkMaxima& chunks) {
   const model::SamplingParams& sampling = *seq.sampling;
   std::vector<float> masked;
   // raw_logits stay what reported logprobs describe.
@@ -184,8 +188,8 @@ SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const floa
   SequenceStepOutput out;
   if (!seq.sample_seeds.empty()) {
     // The maxima describe the raw row: a row changed by penalties, bans or a mask has its own.
-    const kernels::RowChunkMaxima* row_chunks =
-        row_logits.data() == raw_logits.data() ? chunks : nullptr;
+    const kernels::RowChunkMaxima row_chunks =
+        row_logits.data() == raw_logits.data() ? chunks : kernels::RowChunkMaxima{};
     out.samples =
         draw_row(row_logits, sampling, seq.sample_seeds, seq.sample_step, next_row, row_chunks);
   }

@@ -22,12 +22,16 @@ namespace pagedserve::actors {
 // params, and rethrows the first error of a row. Constrained rows (sampling->grammar) keep
 // their matchers in `grammars` (required when any row is constrained; the step's id prunes it).
 // chunks: the logits rows' chunk maxima when the LM head took them (LlamaModel::Workspace::
-// logit_chunk_maxima), else empty; a greedy row drawn as it came (no penalty, ban or mask)
-// uses them.
+// logit_chunk_maxima, asked for by step_reads_chunk_maxima), else empty; a greedy row drawn
+// as it came (no penalty, ban or mask) uses them.
 void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<const float> logits,
                       size_t vocab, kernels::ThreadPool* pool, std::vector<SequenceStepOutput>& out,
                       GrammarRowStates* grammars = nullptr, uint64_t step_id = 0,
                       const kernels::ChunkMaxima& chunks = {});
+
+// Whether a step's LM head should take its rows' chunk maxima (ForwardBatch::
+// gather_chunk_maxima): when some row is drawn greedily (not a speculative verification).
+bool step_reads_chunk_maxima(const std::vector<ScheduledSequence>& seqs);
 
 // One sequence's row: penalties, banned tokens and the grammar's mask on a copy, the draws with
 // their logprobs, top logprobs (beam search), reported logprobs (of the raw row). `grammar`:
@@ -35,7 +39,7 @@ void sample_step_rows(const std::vector<ScheduledSequence>& seqs, std::span<cons
 // logits this thread reads next, or null (model::sample_tokens_logprob prefetches them).
 SequenceStepOutput sample_row(const ScheduledSequence& seq, std::span<const float> raw_logits,
                               GrammarRowState* grammar = nullptr, const float* next_row = nullptr,
-                              const kernels::RowChunkMaxima* chunks = nullptr);
+                              const kernels::RowChunkMaxima& chunks = {});
 
 // A row that verifies speculative proposals (ScheduledSequence::num_proposed_tokens = K > 0):
 // `logits` holds its K + 1 rows. Draws position 0, 1, ... in order as K + 1 single-token steps

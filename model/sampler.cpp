@@ -234,11 +234,11 @@ struct Draws {
 // One token per uniform in `us`, all from the same passes over the row (the cut does not
 // depend on the draw; only the walk does).
 Draws draw(std::span<const float> logits, const SamplingParams& params, std::span<const double> us,
-           const float* next_row = nullptr, const kernels::RowChunkMaxima* chunks = nullptr) {
+           const float* next_row = nullptr, const kernels::RowChunkMaxima& chunks = {}) {
   const int64_t vocab = static_cast<int64_t>(logits.size());
   auto first_max = [&] {
     const int64_t from_chunks =
-        chunks != nullptr ? kernels::argmax_from_chunk_maxima(logits.data(), vocab, *chunks) : -1;
+        chunks.empty() ? -1 : kernels::argmax_from_chunk_maxima(logits.data(), vocab, chunks);
     const int64_t argmax =
         from_chunks >= 0 ? from_chunks : kernels::row_argmax(logits.data(), vocab);
     Draws out{std::vector<int32_t>(us.size(), static_cast<int32_t>(argmax))};
@@ -398,7 +398,7 @@ std::vector<TokenLogprob> sample_tokens_logprob(std::span<const float> logits,
                                                 const SamplingParams& params,
                                                 std::span<const uint64_t> seeds, uint64_t step,
                                                 const float* next_row,
-                                                const kernels::RowChunkMaxima* chunks) {
+                                                const kernels::RowChunkMaxima& chunks) {
   const Draws d = draw(logits, params, uniforms(seeds, step), next_row, chunks);
   const double lse = std::isnan(d.log_sum_exp) ? log_sum_exp(logits, d.row_max) : d.log_sum_exp;
   std::vector<TokenLogprob> out;
@@ -411,7 +411,7 @@ std::vector<TokenLogprob> sample_tokens_logprob(std::span<const float> logits,
 
 std::vector<int32_t> sample_tokens(std::span<const float> logits, const SamplingParams& params,
                                    std::span<const uint64_t> seeds, uint64_t step,
-                                   const float* next_row, const kernels::RowChunkMaxima* chunks) {
+                                   const float* next_row, const kernels::RowChunkMaxima& chunks) {
   return draw(logits, params, uniforms(seeds, step), next_row, chunks).tokens;
 }
 

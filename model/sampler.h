@@ -7,11 +7,8 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/sampling_rows.h"
 #include "model/sampling_params.h"
-
-namespace pagedserve::kernels {
-struct RowChunkMaxima;  // kernels/cpu/sampling_rows.h
-}
 
 namespace pagedserve::model {
 
@@ -54,19 +51,19 @@ TokenLogprob sample_token_logprob(std::span<const float> logits, const SamplingP
 // logits this thread samples next, or null; it is read into cache while this row's exps are
 // computed (a prefetch, nothing else: the draws do not depend on it).
 // chunks: the row's chunk maxima when the LM head took them (kernels/cpu/sampling_rows.h),
-// else null; a greedy draw then reads one chunk of the row.
+// else empty; a greedy draw then reads one chunk of the row.
 std::vector<TokenLogprob> sample_tokens_logprob(std::span<const float> logits,
                                                 const SamplingParams& params,
                                                 std::span<const uint64_t> seeds, uint64_t step,
                                                 const float* next_row = nullptr,
-                                                const kernels::RowChunkMaxima* chunks = nullptr);
+                                                const kernels::RowChunkMaxima& chunks = {});
 // The tokens alone, from the same passes (bit for bit sample_tokens_logprob's tokens), without
 // the log-sum-exp a logprob needs: a pass of exps over the row fewer for greedy rows and
 // temperatures other than 1.
 std::vector<int32_t> sample_tokens(std::span<const float> logits, const SamplingParams& params,
                                    std::span<const uint64_t> seeds, uint64_t step,
                                    const float* next_row = nullptr,
-                                   const kernels::RowChunkMaxima* chunks = nullptr);
+                                   const kernels::RowChunkMaxima& chunks = {});
 // The k most likely tokens, best first (ties: the lower id first); k is clamped to the vocab.
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int k);
 

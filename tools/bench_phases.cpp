@@ -181,7 +181,7 @@ int run_bench_phases(const std::vector<std::string>& args) {
     for (int s = 0; s < batch_size; ++s) {
       batch.add_sequence({next[s]}, position, tables[s], block_size, true);
     }
-    batch.gather_chunk_maxima = sampling->is_greedy();  // as the CPU executor decides it
+    batch.gather_chunk_maxima = actors::step_reads_chunk_maxima(rows);  // as the CPU executor
     const auto start = Clock::now();
     const std::span<const float> step_logits = model.forward(batch, cache, workspace);
     const auto sampling_start = Clock::now();

@@ -24,8 +24,9 @@ int64_t row_argmax(const float* x, int64_t n, Isa isa = best_isa());
 // x[c * width, min(n, (c + 1) * width)), -inf when there is none. A greedy row then reads one
 // chunk of itself, not the whole row.
 struct RowChunkMaxima {
-  const float* maxima = nullptr;  // ceil(n / width) of them
+  const float* maxima = nullptr;  // ceil(n / width) of them; null: not gathered
   int64_t width = 0;
+  bool empty() const { return maxima == nullptr; }
 };
 // The chunk maxima of every row of a [rows, n] matrix, row after row; empty when not gathered.
 struct ChunkMaxima {
@@ -33,7 +34,9 @@ struct ChunkMaxima {
   int64_t width = 0;
   int64_t per_row = 0;
   bool empty() const { return maxima == nullptr; }
-  RowChunkMaxima row(int64_t r) const { return {maxima + r * per_row, width}; }
+  RowChunkMaxima row(int64_t r) const {
+    return empty() ? RowChunkMaxima{} : RowChunkMaxima{maxima + r * per_row, width};
+  }
 };
 // The largest non-NaN element of x[0, n) (n >= 1), -inf when there is none.
 float chunk_max(const float* x, int64_t n, Isa isa = best_isa());

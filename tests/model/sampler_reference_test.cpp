@@ -309,8 +309,8 @@ TEST(SamplerReference, SampleTokensDrawsEverySeedByTheDefinition) {
           ASSERT_EQ(got.size(), seeds.size());
           // With the row's chunk maxima (what the LM head takes for greedy rows): the same.
           const kernels::RowChunkMaxima row{chunk_max.data(), kChunk};
-          EXPECT_EQ(sample_tokens(logits, p, seeds, 5, next.data(), &row), got);
-          EXPECT_EQ(sample_tokens_logprob(logits, p, seeds, 5, next.data(), &row)[0].token_id,
+          EXPECT_EQ(sample_tokens(logits, p, seeds, 5, next.data(), row), got);
+          EXPECT_EQ(sample_tokens_logprob(logits, p, seeds, 5, next.data(), row)[0].token_id,
                     got[0]);
           for (size_t s = 0; s < seeds.size(); ++s) {
             const int32_t expected =
