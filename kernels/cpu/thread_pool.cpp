@@ -33,6 +33,9 @@ int64_t share_begin(uint64_t share) {
 }
 int64_t share_end(uint64_t share) { return static_cast<int64_t>(share & kIndexMask); }
 
+// An owner claims 1/kClaimDivisor of its share's unclaimed tasks at a time (run_shares).
+constexpr int64_t kClaimDivisor = 4;
+
 // How long a worker (or the waiting caller) spins before it blocks. Long enough to bridge the
 // gaps between the kernels of one forward pass, short enough not to burn a core between steps.
 constexpr auto kSpinTime = std::chrono::microseconds(200);
@@ -117,12 +120,18 @@ void ThreadPool::run_shares(uint64_t generation, int own,
     std::atomic<uint64_t>& mine = shares_[own].word;
     uint64_t share = mine.load(std::memory_order_acquire);
     while (generation_of(share) == generation && share_begin(share) < share_end(share)) {
-      if (!mine.compare_exchange_weak(share, share + (uint64_t{1} << kIndexBits),
+      // Claim a quarter of what is left at once, not one task: the claim is a locked
+      // instruction, which waits for every earlier load, so one per task stalled each weight
+      // tile's stream at its end (perf: most of this function's time, ~6% of a batch-1 step).
+      // Thieves still find half of the rest; the claimed part shrinks with it towards the end.
+      const int64_t begin = share_begin(share);
+      const int64_t take = std::max<int64_t>(1, (share_end(share) - begin) / kClaimDivisor);
+      if (!mine.compare_exchange_weak(share, share + (static_cast<uint64_t>(take) << kIndexBits),
                                       std::memory_order_acq_rel, std::memory_order_acquire)) {
         continue;  // a thief took from the end; share was reloaded
       }
-      task(share_begin(share));
-      ++ran;
+      for (int64_t t = begin; t < begin + take; ++t) task(t);
+      ran += take;
       share = mine.load(std::memory_order_acquire);
     }
     if (generation_of(share) != generation) {  // a newer call: this one is over (ran is 0)
