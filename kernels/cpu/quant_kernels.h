@@ -96,10 +96,12 @@ QuantizedActs quantize_activations_avx2(const float* x, int m, int k, int block,
 // Computes columns 16*tile .. 16*tile+15 (clipped to n) of all m rows:
 // out[r * ldo + c] = sum over blocks b, ascending, of the block's contribution (quant_matmul.cpp
 // spells out the float operations, which every ISA must reproduce).
-using QuantTileFn = void (*)(const QuantizedActs& x, const QuantizedWeight& w, float* out, int ldo,
-                             int tile);
-void quant_tile_portable(const QuantizedActs& x, const QuantizedWeight& w, float* out, int ldo,
-                         int tile);
+// `layout` is tile_layout(w.type(), w.cols()), computed once per call by the caller rather than
+// once per tile (a division and a few lookups against a tile of ~7 KB).
+using QuantTileFn = void (*)(const QuantizedActs& x, const QuantizedWeight& w,
+                             const TileLayout& layout, float* out, int ldo, int tile);
+void quant_tile_portable(const QuantizedActs& x, const QuantizedWeight& w, const TileLayout& layout,
+                         float* out, int ldo, int tile);
 // The kernel matmul_quantized runs for `isa`: the ISA's kernel for the type where there is one,
 // else, on AVX-512, the AVX2 one (AVX-512 without VNNI has no Q8_0 kernel; every SIMD kernel
 // gives the portable kernel's bits, so the choice never changes a result), else the portable

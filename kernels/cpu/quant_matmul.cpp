@@ -245,11 +245,10 @@ float block_update(QuantType type, const DecodedBlock& w, float wd, float wm, co
 
 }  // namespace
 
-void quant_tile_portable(const QuantizedActs& x, const QuantizedWeight& w, float* out, int ldo,
-                         int tile) {
+void quant_tile_portable(const QuantizedActs& x, const QuantizedWeight& w, const TileLayout& layout,
+                         float* out, int ldo, int tile) {
   constexpr int kRows = 8;  // rows per pass over the tile's blocks
   const QuantType type = w.type();
-  const TileLayout layout = tile_layout(type, w.cols());
   const std::byte* base = w.data() + tile * layout.tile_bytes;
   const int cols = std::min(kTileCols, w.rows() - tile * kTileCols);
   const int elements = quant_block_elements(type);
@@ -412,6 +411,7 @@ void matmul_quantized_stacked(const float* x, std::span<const QuantizedWeight> w
     const QuantizedWeight* w;
     const detail::QuantizedActs* acts;
     detail::QuantTileFn tile_fn;
+    detail::TileLayout layout;
     float* out;
     int64_t first_tile;  // in the stack's tile numbering
   };
@@ -434,7 +434,12 @@ void matmul_quantized_stacked(const float* x, std::span<const QuantizedWeight> w
       acts[slot] = quantize_into_scratch(x, m, k, block, isa, slot);
       quantized[slot] = true;
     }
-    runs[i] = {&w, &acts[slot], detail::quant_tile_fn(w.type(), isa), out + rows, tiles};
+    runs[i] = {&w,
+               &acts[slot],
+               detail::quant_tile_fn(w.type(), isa),
+               detail::tile_layout(w.type(), k),
+               out + rows,
+               tiles};
     tiles += (w.rows() + detail::kTileCols - 1) / detail::kTileCols;
     rows += w.rows();
   }
@@ -443,7 +448,8 @@ void matmul_quantized_stacked(const float* x, std::span<const QuantizedWeight> w
     int i = 0;
     while (i + 1 < count && tile >= runs[i + 1].first_tile) ++i;
     const Run& run = runs[i];
-    run.tile_fn(*run.acts, *run.w, run.out, ldo, static_cast<int>(tile - run.first_tile));
+    run.tile_fn(*run.acts, *run.w, run.layout, run.out, ldo,
+                static_cast<int>(tile - run.first_tile));
     if (chunk_max == nullptr) return;  // one weight: the stack's tiles are its own
     const int64_t first = tile * detail::kTileCols;
     tile_chunk_maxima(out, ldo, m, first, std::min<int64_t>(detail::kTileCols, rows - first),

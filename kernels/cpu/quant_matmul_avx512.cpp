@@ -301,9 +301,8 @@ PS_TARGET_AVX512 void tile_rows(const QuantizedActs& x, const TileLayout& layout
 }
 
 template <QuantType T, bool kVnni>
-void tile_all_rows(const QuantizedActs& x, const QuantizedWeight& w, float* out, int ldo,
-                   int tile) {
-  const TileLayout layout = tile_layout(T, w.cols());
+void tile_all_rows(const QuantizedActs& x, const QuantizedWeight& w, const TileLayout& layout,
+                   float* out, int ldo, int tile) {
   const std::byte* base = w.data() + tile * layout.tile_bytes;
   const int cols = std::min(kTileCols, w.rows() - tile * kTileCols);
   const auto mask = static_cast<__mmask16>((1u << cols) - 1);

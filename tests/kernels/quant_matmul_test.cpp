@@ -177,8 +177,9 @@ TEST(QuantMatmulTest, SimdTileKernelsMatchPortable) {
             detail::quantize_activations(x.data(), m, k, block, aligned);
         std::vector<float> want(m * n), got(m * n);
         for (int tile = 0; tile < (n + 15) / 16; ++tile) {
-          detail::quant_tile_portable(acts, w, want.data(), n, tile);
-          fn(acts, w, got.data(), n, tile);
+          const detail::TileLayout layout = detail::tile_layout(type, k);
+          detail::quant_tile_portable(acts, w, layout, want.data(), n, tile);
+          fn(acts, w, layout, got.data(), n, tile);
         }
         ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0)
             << kernel.name << " m " << m;
