@@ -23,6 +23,7 @@
 #endif
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <cstring>
 
@@ -221,12 +222,16 @@ PS_TARGET_AVX2 void tile_rows(const QuantizedActs& x, const TileLayout& layout,
   __m256 acc[2][R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
+  // A constant per type, so that the prefetches unroll (as in quant_matmul_avx512.cpp).
+  constexpr size_t kBlockBytes = (is_k(T) ? 256 : 0) + (kElements / 32) * chunk_bytes(T);
+  assert(layout.block_bytes == kBlockBytes);
   const std::byte* scales = tile;
   const std::byte* quants = tile + layout.scale_bytes;
-  for (int b = 0; b < nb; ++b, scales += kScaleBytes, quants += layout.block_bytes) {
+  for (int b = 0; b < nb; ++b, scales += kScaleBytes, quants += kBlockBytes) {
     if (prefetch) {
       const uintptr_t ahead = reinterpret_cast<uintptr_t>(quants) + kPrefetchAheadBytes;
-      for (size_t off = 0; off < layout.block_bytes; off += 64) {
+#pragma GCC unroll 40
+      for (size_t off = 0; off < kBlockBytes; off += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
       }
     }

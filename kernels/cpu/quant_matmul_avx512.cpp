@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <cstring>
 
@@ -195,14 +196,19 @@ PS_TARGET_AVX512 void tile_rows(const QuantizedActs& x, const TileLayout& layout
   __m512 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  // The block's bytes in region B (layout.block_bytes), a constant per type: the prefetches
+  // below unroll into straight-line code instead of a loop of as many iterations.
+  constexpr size_t kBlockBytes = (is_k(T) ? 256 : 0) + (kElements / 32) * chunk_bytes(T);
+  assert(layout.block_bytes == kBlockBytes);
   const std::byte* scales = tile;
   const std::byte* quants = tile + layout.scale_bytes;
-  for (int b = 0; b < nb; ++b, scales += kScaleBytes, quants += layout.block_bytes) {
+  for (int b = 0; b < nb; ++b, scales += kScaleBytes, quants += kBlockBytes) {
     if (prefetch) {
       // One prefetch per line of this block, kPrefetchAheadBytes on (as an integer: the address
       // may lie past the allocation, which a prefetch ignores and pointer arithmetic may not).
       const uintptr_t ahead = reinterpret_cast<uintptr_t>(quants) + kPrefetchAheadBytes;
-      for (size_t off = 0; off < layout.block_bytes; off += 64) {
+#pragma GCC unroll 40
+      for (size_t off = 0; off < kBlockBytes; off += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
       }
     }
