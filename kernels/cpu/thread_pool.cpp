@@ -33,8 +33,13 @@ int64_t share_begin(uint64_t share) {
 }
 int64_t share_end(uint64_t share) { return static_cast<int64_t>(share & kIndexMask); }
 
-// An owner claims 1/kClaimDivisor of its share's unclaimed tasks at a time (run_shares).
+// An owner claims 1/kClaimDivisor of its share's unclaimed tasks at a time, at most kMaxClaim
+// (run_shares). A thread the OS deschedules holds up the call until it runs again in any case
+// (it is inside a task); the cap bounds what it then still has to do alone (8 weight tiles:
+// ~60 KB of Q4_K, ~800 KB of F16), where one claim for a quarter of an LM head's share would
+// be hundreds of microseconds.
 constexpr int64_t kClaimDivisor = 4;
+constexpr int64_t kMaxClaim = 8;
 
 // How long a worker (or the waiting caller) spins before it blocks. Long enough to bridge the
 // gaps between the kernels of one forward pass, short enough not to burn a core between steps.
@@ -120,12 +125,13 @@ void ThreadPool::run_shares(uint64_t generation, int own,
     std::atomic<uint64_t>& mine = shares_[own].word;
     uint64_t share = mine.load(std::memory_order_acquire);
     while (generation_of(share) == generation && share_begin(share) < share_end(share)) {
-      // Claim a quarter of what is left at once, not one task: the claim is a locked
-      // instruction, which waits for every earlier load, so one per task stalled each weight
-      // tile's stream at its end (perf: most of this function's time, ~6% of a batch-1 step).
-      // Thieves still find half of the rest; the claimed part shrinks with it towards the end.
+      // Claim up to a quarter of what is left at once (at most kMaxClaim), not one task: the
+      // claim is a locked instruction, which waits for every earlier load, so one per task
+      // stalled each weight tile's stream at its end (perf: most of this function's time, ~6%
+      // of a batch-1 step). Thieves still find half of the rest.
       const int64_t begin = share_begin(share);
-      const int64_t take = std::max<int64_t>(1, (share_end(share) - begin) / kClaimDivisor);
+      const int64_t take =
+          std::clamp<int64_t>((share_end(share) - begin) / kClaimDivisor, 1, kMaxClaim);
       if (!mine.compare_exchange_weak(share, share + (static_cast<uint64_t>(take) << kIndexBits),
                                       std::memory_order_acq_rel, std::memory_order_acquire)) {
         continue;  // a thief took from the end; share was reloaded
