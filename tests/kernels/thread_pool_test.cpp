@@ -135,6 +135,37 @@ TEST(ThreadPool, ContiguousSharesAreStolenFromAStalledThread) {
   }
 }
 
+// A thread held up inside a task keeps only the tasks it had claimed: at most 8, whatever the
+// size of its share (one claim of a quarter of this 500-task share would keep 125 from the
+// other thread). Task 0 waits until all other tasks but 7 have run (or 10 s), so the other
+// thread has every chance to take what the stalled one has not claimed.
+TEST(ThreadPool, AStalledThreadKeepsAtMostEightClaimedTasks) {
+  ThreadPool pool(2, 0.0);
+  const int n = 1000;
+  std::mutex mutex;
+  std::map<std::thread::id, std::vector<int64_t>> order;
+  std::atomic<int> finished{0};
+  pool.parallel_for_contiguous(n, [&](int64_t i) {
+    if (i == 0) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (finished.load() < n - 8 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    order[std::this_thread::get_id()].push_back(i);
+    finished.fetch_add(1);
+  });
+  EXPECT_EQ(finished.load(), n);
+  // The usual case: the caller claimed task 0 first and stalled on it (rarely a descheduled
+  // caller has its whole share stolen, task 0 included; then there is nothing to check).
+  const std::vector<int64_t>& caller = order[std::this_thread::get_id()];
+  if (!caller.empty() && caller.front() == 0) {
+    EXPECT_LE(caller.size(), 8u);
+    EXPECT_TRUE(std::is_sorted(caller.begin(), caller.end()));
+  }
+}
+
 // Back-to-back short calls in the contiguous mode: no stale worker may run a finished call's
 // task (the counter dies with the call; ASan/TSan would see a stale task).
 TEST(ThreadPool, ContiguousBackToBackCallsRunEachTaskOnce) {
