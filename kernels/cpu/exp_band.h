@@ -30,8 +30,9 @@ void scaled_exp_f32(const float* x, int64_t n, float temperature, float max_scal
                     Isa isa = best_isa());
 
 // Element i has the scaled logit s = logits[i] / temperature and the gap g = max_scaled - s,
-// both in float (the gap is exactly minus the exponent of its exp): g is monotone in s, so
-// g < above holds for a prefix of the sorted order and g >= below for a suffix. A band is what
+// both in float (the gap classifies; the mass is taken of s itself, kBandMassError): g is
+// monotone in s, so g < above holds for a prefix of the sorted order and g >= below for a
+// suffix. A band is what
 // lies between. One pass serves one or two bands (a top-p draw's cut and its draw): each has
 // the mass before it, and the elements of either are collected once.
 inline constexpr int kMaxBands = 2;

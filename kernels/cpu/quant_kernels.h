@@ -54,6 +54,40 @@ void encode_block(QuantType type, const DecodedBlock& in, std::byte* dst);
 void dequantize_decoded(QuantType type, const DecodedBlock& block, float* dst);
 
 // ---- Tile layout ----------------------------------------------------------------------------
+// Per-type constants of the tile layout, usable at compile time (the SIMD kernels are templates
+// on the type): K type (256-value blocks with sub-block scales), a minimum per block, bits per
+// quant, the offset that makes quants unsigned, and a 32-value chunk's bytes (high bits, then
+// low nibbles or bytes).
+constexpr bool is_k(QuantType t) {
+  return t == QuantType::kQ4_K || t == QuantType::kQ5_K || t == QuantType::kQ6_K;
+}
+constexpr bool has_min(QuantType t) {
+  return t == QuantType::kQ5_1 || t == QuantType::kQ4_K || t == QuantType::kQ5_K;
+}
+constexpr int bits_of(QuantType t) {
+  switch (t) {
+    case QuantType::kQ8_0:
+      return 8;
+    case QuantType::kQ4_0:
+    case QuantType::kQ4_K:
+      return 4;
+    case QuantType::kQ6_K:
+      return 6;
+    default:
+      return 5;
+  }
+}
+constexpr int offset_of(QuantType t) {
+  return t == QuantType::kQ8_0 ? 128 : t == QuantType::kQ4_0 ? 8 : t == QuantType::kQ5_0 ? 16 : 0;
+}
+constexpr int high_bytes(QuantType t) { return bits_of(t) == 5 ? 64 : bits_of(t) == 6 ? 128 : 0; }
+constexpr int chunk_bytes(QuantType t) { return high_bytes(t) + (bits_of(t) == 8 ? 512 : 256); }
+// A block's bytes in region B (TileLayout::block_bytes): a K block's 256 bytes of sub-block
+// scales and minima, then its 8 chunks; otherwise one chunk.
+constexpr size_t tile_block_bytes(QuantType t) {
+  return is_k(t) ? 256 + 8 * static_cast<size_t>(chunk_bytes(t)) : chunk_bytes(t);
+}
+
 struct TileLayout {
   int blocks = 0;          // nb = k / block elements
   size_t scale_bytes = 0;  // region A, padded to 64

@@ -36,16 +36,7 @@ constexpr size_t kAlignment = 64;  // as AlignedFree frees it (packed_matmul.cpp
 
 size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
-bool is_k_type(QuantType type) { return quant_block_elements(type) == 256; }
-
-size_t scale_bytes_per_block(QuantType type) { return quant_has_min(type) ? 64 : 32; }
-
-size_t chunk_high_bytes(QuantType type) {
-  const int bits = quant_bits(type);
-  return bits == 5 ? 64 : bits == 6 ? 128 : 0;
-}
-
-size_t chunk_low_bytes(QuantType type) { return quant_bits(type) == 8 ? 512 : 256; }
+size_t scale_bytes_per_block(QuantType type) { return has_min(type) ? 64 : 32; }
 
 // Byte of vector g (of a 32-value chunk) that holds u[column col][4g + i].
 size_t vector_byte(int g, int col, int i) { return static_cast<size_t>(g * 64 + col * 4 + i); }
@@ -65,7 +56,7 @@ void pack_chunk(QuantType type, const uint8_t* u, int col, std::byte* p) {
       }
     }
   }
-  p += chunk_high_bytes(type);
+  p += high_bytes(type);
   for (int i = 0; i < 4; ++i) {
     if (bits == 8) {
       for (int g = 0; g < 8; ++g) p[vector_byte(g, col, i)] = static_cast<std::byte>(u[4 * g + i]);
@@ -81,7 +72,7 @@ void pack_chunk(QuantType type, const uint8_t* u, int col, std::byte* p) {
 
 void unpack_chunk(QuantType type, const std::byte* p, int col, uint8_t* u) {
   const int bits = quant_bits(type);
-  const std::byte* low = p + chunk_high_bytes(type);
+  const std::byte* low = p + high_bytes(type);
   for (int i = 0; i < 4; ++i) {
     for (int g = 0; g < 8; ++g) {
       unsigned value;
@@ -108,8 +99,7 @@ TileLayout tile_layout(QuantType type, int k) {
   const int elements = quant_block_elements(type);
   layout.blocks = k / elements;
   layout.scale_bytes = round_up(layout.blocks * scale_bytes_per_block(type), kAlignment);
-  layout.block_bytes = (is_k_type(type) ? 256 : 0) +
-                       (elements / 32) * (chunk_high_bytes(type) + chunk_low_bytes(type));
+  layout.block_bytes = tile_block_bytes(type);
   layout.tile_bytes = layout.scale_bytes + layout.blocks * layout.block_bytes;
   return layout;
 }
@@ -120,7 +110,7 @@ void pack_tile_block(QuantType type, const TileLayout& layout, const DecodedBloc
   std::memcpy(scales + 2 * col, &block.d, 2);
   if (quant_has_min(type)) std::memcpy(scales + 32 + 2 * col, &block.m, 2);
   std::byte* p = tile + layout.scale_bytes + b * layout.block_bytes;
-  if (is_k_type(type)) {
+  if (is_k(type)) {
     const bool q6 = type == QuantType::kQ6_K;
     for (int j = 0; j < (q6 ? 16 : 8); ++j) p[16 * j + col] = static_cast<std::byte>(block.sc[j]);
     if (!q6) {
@@ -128,9 +118,8 @@ void pack_tile_block(QuantType type, const TileLayout& layout, const DecodedBloc
     }
     p += 256;
   }
-  const size_t chunk_bytes = chunk_high_bytes(type) + chunk_low_bytes(type);
   for (int ch = 0; ch < quant_block_elements(type) / 32; ++ch) {
-    pack_chunk(type, block.u + 32 * ch, col, p + ch * chunk_bytes);
+    pack_chunk(type, block.u + 32 * ch, col, p + ch * chunk_bytes(type));
   }
 }
 
@@ -141,7 +130,7 @@ void unpack_tile_block(QuantType type, const TileLayout& layout, const std::byte
   std::memcpy(&out.d, scales + 2 * col, 2);
   if (quant_has_min(type)) std::memcpy(&out.m, scales + 32 + 2 * col, 2);
   const std::byte* p = tile + layout.scale_bytes + b * layout.block_bytes;
-  if (is_k_type(type)) {
+  if (is_k(type)) {
     const bool q6 = type == QuantType::kQ6_K;
     for (int j = 0; j < (q6 ? 16 : 8); ++j) out.sc[j] = std::to_integer<int8_t>(p[16 * j + col]);
     if (!q6) {
@@ -149,9 +138,8 @@ void unpack_tile_block(QuantType type, const TileLayout& layout, const std::byte
     }
     p += 256;
   }
-  const size_t chunk_bytes = chunk_high_bytes(type) + chunk_low_bytes(type);
   for (int ch = 0; ch < quant_block_elements(type) / 32; ++ch) {
-    unpack_chunk(type, p + ch * chunk_bytes, col, out.u + 32 * ch);
+    unpack_chunk(type, p + ch * chunk_bytes(type), col, out.u + 32 * ch);
   }
 }
 

@@ -23,7 +23,6 @@
 #endif
 
 #include <algorithm>
-#include <cassert>
 #include <cstdint>
 #include <cstring>
 
@@ -38,30 +37,6 @@ constexpr int kMaxRows = 4;  // activation rows per pass over a tile (16 ymm reg
 // As in quant_matmul_avx512.cpp: the first pass over a tile prefetches this far ahead.
 constexpr uintptr_t kPrefetchAheadBytes = 8192;
 
-constexpr bool is_k(QuantType t) {
-  return t == QuantType::kQ4_K || t == QuantType::kQ5_K || t == QuantType::kQ6_K;
-}
-constexpr bool has_min(QuantType t) {
-  return t == QuantType::kQ5_1 || t == QuantType::kQ4_K || t == QuantType::kQ5_K;
-}
-constexpr int bits_of(QuantType t) {
-  switch (t) {
-    case QuantType::kQ8_0:
-      return 8;
-    case QuantType::kQ4_0:
-    case QuantType::kQ4_K:
-      return 4;
-    case QuantType::kQ6_K:
-      return 6;
-    default:
-      return 5;
-  }
-}
-constexpr int offset_of(QuantType t) {
-  return t == QuantType::kQ8_0 ? 128 : t == QuantType::kQ4_0 ? 8 : t == QuantType::kQ5_0 ? 16 : 0;
-}
-constexpr int high_bytes(QuantType t) { return bits_of(t) == 5 ? 64 : bits_of(t) == 6 ? 128 : 0; }
-constexpr int chunk_bytes(QuantType t) { return high_bytes(t) + (bits_of(t) == 8 ? 512 : 256); }
 // Whether the decoded quants are Q8_0's signed q = u - 128 (the non-VNNI Q8_0 kernel).
 template <QuantType T, bool kVnni>
 constexpr bool kSignedQ8 = bits_of(T) == 8 && !kVnni;
@@ -223,8 +198,7 @@ PS_TARGET_AVX2 void tile_rows(const QuantizedActs& x, const TileLayout& layout,
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
   // A constant per type, so that the prefetches unroll (as in quant_matmul_avx512.cpp).
-  constexpr size_t kBlockBytes = (is_k(T) ? 256 : 0) + (kElements / 32) * chunk_bytes(T);
-  assert(layout.block_bytes == kBlockBytes);
+  constexpr size_t kBlockBytes = tile_block_bytes(T);
   const std::byte* scales = tile;
   const std::byte* quants = tile + layout.scale_bytes;
   for (int b = 0; b < nb; ++b, scales += kScaleBytes, quants += kBlockBytes) {

@@ -12,7 +12,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cassert>
 #include <cstdint>
 #include <cstring>
 
@@ -28,31 +27,6 @@ constexpr int kMaxRows = 8;  // activation rows per pass over a tile
 // prefetches, into the next tiles, which parallel_for_contiguous usually gives the same thread.
 constexpr uintptr_t kPrefetchAheadBytes = 8192;
 constexpr __mmask16 kAllLanes = 0xffff;  // see matmul_avx512.cpp (GCC 12's undefined operands)
-
-constexpr bool is_k(QuantType t) {
-  return t == QuantType::kQ4_K || t == QuantType::kQ5_K || t == QuantType::kQ6_K;
-}
-constexpr bool has_min(QuantType t) {
-  return t == QuantType::kQ5_1 || t == QuantType::kQ4_K || t == QuantType::kQ5_K;
-}
-constexpr int bits_of(QuantType t) {
-  switch (t) {
-    case QuantType::kQ8_0:
-      return 8;
-    case QuantType::kQ4_0:
-    case QuantType::kQ4_K:
-      return 4;
-    case QuantType::kQ6_K:
-      return 6;
-    default:
-      return 5;
-  }
-}
-constexpr int offset_of(QuantType t) {
-  return t == QuantType::kQ8_0 ? 128 : t == QuantType::kQ4_0 ? 8 : t == QuantType::kQ5_0 ? 16 : 0;
-}
-constexpr int high_bytes(QuantType t) { return bits_of(t) == 5 ? 64 : bits_of(t) == 6 ? 128 : 0; }
-constexpr int chunk_bytes(QuantType t) { return high_bytes(t) + (bits_of(t) == 8 ? 512 : 256); }
 
 // acc += the dot products of each lane's 4 unsigned quants with the 4 activations at a, in
 // int32. VNNI's instructions are written as inline assembly, so that every function here has
@@ -198,8 +172,7 @@ PS_TARGET_AVX512 void tile_rows(const QuantizedActs& x, const TileLayout& layout
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   // The block's bytes in region B (layout.block_bytes), a constant per type: the prefetches
   // below unroll into straight-line code instead of a loop of as many iterations.
-  constexpr size_t kBlockBytes = (is_k(T) ? 256 : 0) + (kElements / 32) * chunk_bytes(T);
-  assert(layout.block_bytes == kBlockBytes);
+  constexpr size_t kBlockBytes = tile_block_bytes(T);
   const std::byte* scales = tile;
   const std::byte* quants = tile + layout.scale_bytes;
   for (int b = 0; b < nb; ++b, scales += kScaleBytes, quants += kBlockBytes) {
