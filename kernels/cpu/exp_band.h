@@ -32,9 +32,8 @@ void scaled_exp_f32(const float* x, int64_t n, float temperature, float max_scal
 // Element i has the scaled logit s = logits[i] / temperature and the gap g = max_scaled - s,
 // both in float (the gap classifies; the mass is taken of s itself, kBandMassError): g is
 // monotone in s, so g < above holds for a prefix of the sorted order and g >= below for a
-// suffix. A band is what
-// lies between. One pass serves one or two bands (a top-p draw's cut and its draw): each has
-// the mass before it, and the elements of either are collected once.
+// suffix. A band is what lies between. One pass serves one or two bands (a top-p draw's cut
+// and its draw): each has the mass before it, and the elements of either are collected once.
 inline constexpr int kMaxBands = 2;
 struct ExpBandParams {
   const float* logits = nullptr;  // [n]
