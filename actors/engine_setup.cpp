@@ -149,12 +149,13 @@ kernels::KvDtype resolve_cpu_kv_dtype(const std::string& kv_cache_dtype,
   }
   if (const auto dtype = kernels::parse_kv_dtype(kv_cache_dtype)) return *dtype;
   if (kv_cache_dtype.starts_with("fp8")) {
-    throw std::invalid_argument("--kv-cache-dtype " + kv_cache_dtype +
-                                ": the CPU executor stores K/V as float32, float16 or bfloat16; "
-                                "fp8 needs --device cuda");
+    throw std::invalid_argument(
+        "--kv-cache-dtype " + kv_cache_dtype +
+        ": the CPU executor stores K/V as float32, float16, bfloat16 or int8; "
+        "fp8 needs --device cuda");
   }
   throw std::invalid_argument(
-      "--kv-cache-dtype must be auto, float32, float16, bfloat16 or fp8, "
+      "--kv-cache-dtype must be auto, float32, float16, bfloat16, int8 (CPU) or fp8 (CUDA), "
       "got '" +
       kv_cache_dtype + "'");
 }
@@ -234,6 +235,7 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
     cpu_kv_dtype = resolve_cpu_kv_dtype(config.kv_cache_dtype, mc.torch_dtype);
     config.kv_cache_dtype = kernels::kv_dtype_name(cpu_kv_dtype);
     shape.dtype_bytes = kernels::kv_dtype_size(cpu_kv_dtype);
+    shape.row_scale_bytes = kernels::kv_dtype_row_scale_bytes(cpu_kv_dtype);
   }
   const bool draft = config.speculative.method == SpeculativeMethod::kDraft;
   std::optional<model::LlamaCheckpoint> draft_checkpoint;

@@ -19,12 +19,12 @@ int kv_dtype_bytes(std::string_view dtype) {
 
 int64_t kv_bytes_per_block(const KvCacheShape& shape) {
   if (shape.num_layers <= 0 || shape.num_kv_heads <= 0 || shape.head_dim <= 0 ||
-      shape.dtype_bytes <= 0 || shape.block_size <= 0) {
+      shape.dtype_bytes <= 0 || shape.block_size <= 0 || shape.row_scale_bytes < 0) {
     throw std::invalid_argument(
         "KV-cache shape needs positive layers, KV heads, head_dim, dtype size and block size");
   }
-  return int64_t{2} * shape.num_layers * shape.num_kv_heads * shape.head_dim * shape.dtype_bytes *
-         shape.block_size;
+  return int64_t{2} * shape.num_layers * shape.num_kv_heads * shape.block_size *
+         (int64_t{shape.head_dim} * shape.dtype_bytes + shape.row_scale_bytes);
 }
 
 int num_blocks_for_memory(const KvCacheShape& shape, int64_t memory_bytes) {

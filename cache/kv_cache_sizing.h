@@ -14,15 +14,19 @@ struct KvCacheShape {
   int num_layers = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
-  int dtype_bytes = 0;  // bytes per element: 4 (float32), 2 (float16/bfloat16), 1 (fp8)
+  int dtype_bytes = 0;  // bytes per element: 4 (float32), 2 (float16/bfloat16), 1 (fp8, int8)
   int block_size = 16;  // tokens per block
+  // Bytes of scale per (token, KV head) row of keys, and again of values: 4 for the CPU's
+  // int8 cache (one float32 each), 0 for the others.
+  int row_scale_bytes = 0;
 };
 
 // Bytes per element of a KV dtype name ("float32", "float16", "bfloat16", "fp8"...).
 // Throws std::invalid_argument for an unknown name.
 int kv_dtype_bytes(std::string_view dtype);
 
-// K and V for every layer of one block: 2 * layers * kv_heads * head_dim * dtype * block_size.
+// K and V for every layer of one block:
+// 2 * layers * kv_heads * block_size * (head_dim * dtype_bytes + row_scale_bytes).
 // Throws std::invalid_argument when a field is not positive.
 int64_t kv_bytes_per_block(const KvCacheShape& shape);
 

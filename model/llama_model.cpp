@@ -292,6 +292,8 @@ void LlamaModel::attention_block(int l, const ForwardBatch& batch, PagedKvCache&
   s.attention.key_cache = layer_cache.key;
   s.attention.value_cache = layer_cache.value;
   s.attention.kv_dtype = layer_cache.dtype;
+  s.attention.key_scales = layer_cache.key_scales;
+  s.attention.value_scales = layer_cache.value_scales;
   s.attention.sliding_window = w.settings.sliding_window;
   kernels::paged_attention(s.attention, pool_, isa_);
   w.wo.forward(s.attn.data(), s.proj.data(), n, pool_, isa_);

@@ -1,7 +1,8 @@
 // PagedKvCache: the executor's KV memory for every layer, as one pool of fixed-size blocks.
 // The block manager (cache/) decides which block holds which tokens; this class only owns the
 // bytes and performs the block copies it is told to (copy-on-write, swap in and out).
-// Elements are float32, float16 or bfloat16 (--kv-cache-dtype); copies move raw bytes.
+// Elements are float32, float16, bfloat16 or int8 (--kv-cache-dtype; int8 with a float scale
+// per (token, KV head) row in arrays beside the elements); copies move raw bytes.
 // Owned by the executor; not thread-safe.
 #pragma once
 
@@ -33,9 +34,9 @@ class PagedKvCache {
   kernels::KvDtype dtype() const { return dtype_; }
   // Elements of one block in one layer, for keys or for values alone.
   size_t elements_per_block() const { return elements_per_block_; }
-  // Bytes one block takes across all layers, keys and values.
+  // Bytes one block takes across all layers, keys and values (int8's scales included).
   size_t bytes_per_block() const {
-    return 2 * num_layers_ * elements_per_block_ * kernels::kv_dtype_size(dtype_);
+    return 2 * num_layers_ * (elements_per_block_ * kernels::kv_dtype_size(dtype_) + scale_bytes_);
   }
 
  private:
@@ -46,11 +47,15 @@ class PagedKvCache {
   int head_dim_;
   kernels::KvDtype dtype_;
   size_t elements_per_block_;
+  size_t scale_bytes_;  // per block and layer, of keys or of values: 0 but for int8
   // Huge pages where available: attention walks scattered blocks of these every step. Raw
   // bytes, 2 MiB aligned (so every element type is aligned).
   std::vector<kernels::HugePageBuffer>
       keys_;  // per layer: [num_blocks, num_kv_heads, block_size, head_dim]
   std::vector<kernels::HugePageBuffer> values_;  // same layout as keys_
+  // int8 only, per layer: float [num_blocks, num_kv_heads, block_size]; empty otherwise.
+  std::vector<kernels::HugePageBuffer> key_scales_;
+  std::vector<kernels::HugePageBuffer> value_scales_;
 };
 
 }  // namespace pagedserve::model

@@ -39,7 +39,7 @@ const char* const kPhasesHelp =
     "                      (roofline_fraction_interleaved): on a shared machine the bandwidth\n"
     "                      moves during a run\n"
     "  --block-size S      KV cache block size in tokens (default 16)\n"
-    "  --kv-cache-dtype D  auto (the weights'), float32, float16, bfloat16 (default auto)\n"
+    "  --kv-cache-dtype D  auto (the weights'), float32, float16, bfloat16, int8 (default auto)\n"
     "  --quantization Q    quantize float weights at load: q8_0, q4_0, q4_k, ... (default none)\n"
     "  --repeat R          prefill repetitions, the median is reported (default 3)\n"
     "  --seed S            seed of the prompt tokens (default 0)\n"

@@ -47,6 +47,10 @@ DType parse_kv_dtype(const std::string& name, DType weight_dtype) {
   if (name == "float16") return DType::kFloat16;
   if (name == "bfloat16") return DType::kBFloat16;
   if (name == "fp8" || name == "fp8_e4m3") return DType::kFp8E4M3;
+  if (name == "int8") {
+    throw std::invalid_argument(
+        "--kv-cache-dtype int8 is the CPU executor's; the CUDA executor's 8-bit cache is fp8");
+  }
   throw std::invalid_argument(
       "--kv-cache-dtype must be auto, float32, float16, bfloat16 or fp8, got '" + name + "'");
 }

@@ -4,7 +4,8 @@
 // Per block and head: 16-lane q.k dot products, a vectorised exp of the block's scores, the
 // online-softmax rescale, then the weighted sum of values, 16 dims at a time. 16-bit K/V are
 // widened in registers (vcvtph2ps for float16, a 16-bit shift for bfloat16), exactly, so the
-// arithmetic is the float32 path's. Every step's order depends only on the sequence (its block
+// arithmetic is the float32 path's; int8 K/V are widened too, and each row's scale multiplies
+// its dot product and its weight. Every step's order depends only on the sequence (its block
 // boundaries), never on the batch, the head range or the ISA's choice of tile. A sliding window
 // starts the walk at the block holding the tile's first query's first visible position, and
 // each query reads only the keys of its own window; soft-capping bends the scores in step 1.
@@ -56,6 +57,23 @@ struct KvBF16 {
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
   }
 };
+// int8: the quants as floats (exact); each row's scale multiplies its dot product and its
+// softmax weight (kRowScaled), so the inner loops stay the float32 path's.
+struct KvI8 {
+  using Type = int8_t;
+  static constexpr bool kRowScaled = true;
+  PS_TARGET_AVX512 static __m512 load(const Type* p, __mmask16 m) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
+  }
+};
+template <class Kv>
+constexpr bool row_scaled() {
+  if constexpr (requires { Kv::kRowScaled; }) {
+    return Kv::kRowScaled;
+  } else {
+    return false;
+  }
+}
 
 // Loads and stores of the output accumulators, which are stored and reloaded for every block:
 // full vectors use the plain forms, because a masked store does not forward to a later load
@@ -264,16 +282,19 @@ PS_TARGET_AVX512 inline void accumulate_values(const float* weights,
 // each pair is unchanged by the split.
 //
 // Step 1: the scaled (and, with softcap > 0, soft-capped) scores of n_valid keys into scores;
-// returns their max.
+// returns their max. row_scales: the keys' int8 scales (KvI8 only).
 template <class Kv, bool kSoftcap>
 PS_TARGET_AVX512 inline float block_scores(const float* q, const typename Kv::Type* keys,
-                                           int n_valid, int d, float scale, float softcap,
-                                           float* scores) {
+                                           const float* row_scales, int n_valid, int d, float scale,
+                                           float softcap, float* scores) {
   float block_max = -__builtin_inff();
   for (int j = 0; j < n_valid; j += 16) {
     const int count = n_valid - j < 16 ? n_valid - j : 16;
-    __m512 s = _mm512_mul_ps(dot16<Kv>(q, keys + static_cast<long>(j) * d, d, count),
-                             _mm512_set1_ps(scale));
+    __m512 dots = dot16<Kv>(q, keys + static_cast<long>(j) * d, d, count);
+    if constexpr (row_scaled<Kv>()) {
+      dots = _mm512_mul_ps(dots, _mm512_maskz_loadu_ps(tail_mask(count), row_scales + j));
+    }
+    __m512 s = _mm512_mul_ps(dots, _mm512_set1_ps(scale));
     if (kSoftcap && softcap > 0.0f) {
       s = _mm512_mul_ps(_mm512_set1_ps(softcap),
                         tanh_avx512(_mm512_mul_ps(s, _mm512_set1_ps(1.0f / softcap))));
@@ -407,6 +428,9 @@ PS_TARGET_AVX512 void attend_walk(const PagedAttentionParams& p, const float* q,
       const long base = block_id * block_stride + unit.kv_head * head_stride;
       const Element* keys = key_cache + base;
       const Element* values = value_cache + base;
+      // int8: the unit's rows' scales in this block (the row's element offset / d).
+      const float* key_scales = row_scaled<Kv>() ? p.key_scales + base / d : nullptr;
+      const float* value_scales = row_scaled<Kv>() ? p.value_scales + base / d : nullptr;
       prefetch_run(values);
       if (u + 1 < num_units) {
         prefetch_run(key_cache + block_id * block_stride + units[u + 1].kv_head * head_stride);
@@ -425,7 +449,8 @@ PS_TARGET_AVX512 void attend_walk(const PagedAttentionParams& p, const float* q,
         const int n_valid = end_of(t) - begin;
         for (int h = 0; h < unit.num_heads; ++h) {
           block_max[t][h] =
-              block_scores<Kv, kMasked>(q_of(t, h), keys + static_cast<long>(begin) * d, n_valid, d,
+              block_scores<Kv, kMasked>(q_of(t, h), keys + static_cast<long>(begin) * d,
+                                        row_scaled<Kv>() ? key_scales + begin : nullptr, n_valid, d,
                                         p.scale, p.logit_softcap, scores[t * kMaxGroup + h]);
         }
       }
@@ -440,8 +465,19 @@ PS_TARGET_AVX512 void attend_walk(const PagedAttentionParams& p, const float* q,
         const int begin = begin_of(t);
         const int n_valid = end_of(t) - begin;
         for (int h = 0; h < unit.num_heads; ++h) {
-          accumulate_values<Kv>(scores[t * kMaxGroup + h], values + static_cast<long>(begin) * d,
-                                n_valid, d, out_of(t, h));
+          float* weights = scores[t * kMaxGroup + h];
+          if constexpr (row_scaled<Kv>()) {
+            // The softmax sum has its weights already; the values take them times each row's
+            // scale.
+            for (int j = 0; j < n_valid; j += 16) {
+              const __mmask16 m = tail_mask(n_valid - j);
+              store_lanes(weights + j, m,
+                          _mm512_mul_ps(load_lanes(weights + j, m),
+                                        _mm512_maskz_loadu_ps(m, value_scales + begin + j)));
+            }
+          }
+          accumulate_values<Kv>(weights, values + static_cast<long>(begin) * d, n_valid, d,
+                                out_of(t, h));
         }
       }
     }
@@ -500,6 +536,9 @@ void attend_heads_avx512(const PagedAttentionParams& p, const float* q, const in
     case KvDtype::kBFloat16:
       return attend_heads_typed<KvBF16>(p, q, block_table, first_pos, num_queries, first_kv_head,
                                         num_kv_heads, out);
+    case KvDtype::kInt8:
+      return attend_heads_typed<KvI8>(p, q, block_table, first_pos, num_queries, first_kv_head,
+                                      num_kv_heads, out);
     default:
       return attend_heads_typed<KvF32>(p, q, block_table, first_pos, num_queries, first_kv_head,
                                        num_kv_heads, out);

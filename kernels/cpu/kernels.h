@@ -97,7 +97,8 @@ void gelu_tanh_and_mul_stacked(const float* gate_up, float* out, int num_rows, i
 
 // One layer's paged KV cache. Block b holds block_size consecutive token positions of one
 // sequence; token slot s lives in block s / block_size at offset s % block_size. Elements are
-// float, or uint16_t bit patterns of float16 / bfloat16, as dtype says.
+// float, uint16_t bit patterns of float16 / bfloat16, or int8 with one float scale per
+// (token, KV head) row, as dtype says.
 struct KvCacheView {
   void* key = nullptr;    // [num_blocks, num_kv_heads, block_size, head_dim]
   void* value = nullptr;  // [num_blocks, num_kv_heads, block_size, head_dim]
@@ -106,10 +107,15 @@ struct KvCacheView {
   int num_kv_heads = 0;
   int head_dim = 0;
   KvDtype dtype = KvDtype::kFloat32;
+  // int8 only: each row's scale, [num_blocks, num_kv_heads, block_size] (the element offset of
+  // a row divided by head_dim); null for the other dtypes.
+  float* key_scales = nullptr;
+  float* value_scales = nullptr;
 };
 
 // Writes new keys and values into their cache slots, rounded to the cache's dtype (to nearest
-// even: f32_to_f16 / f32_to_bf16 in kv_dtype.h; every isa gives the same bits).
+// even: f32_to_f16 / f32_to_bf16 in kv_dtype.h; every isa gives the same bits), or for int8
+// quantized per row by quantize_kv_row_int8.
 // key, value: [num_tokens, num_kv_heads, head_dim]; slot_mapping: [num_tokens], a slot is
 // block_id * block_size + offset; a negative slot means "skip this token" (padding).
 void write_kv(const float* key, const float* value, const int64_t* slot_mapping, int num_tokens,
@@ -137,6 +143,9 @@ struct PagedAttentionParams {
   int block_size = 0;
   float scale = 1.0f;                    // usually 1 / sqrt(head_dim)
   KvDtype kv_dtype = KvDtype::kFloat32;  // element type of key_cache and value_cache
+  // int8 only: the rows' scales (KvCacheView::key_scales, value_scales).
+  const float* key_scales = nullptr;
+  const float* value_scales = nullptr;
   // Sliding-window attention (Mistral, Gemma's local layers, ...): when > 0 the query at
   // position i sees only keys at positions j with i - sliding_window < j <= i (Hugging Face's
   // mask), and blocks wholly before the window are not read. 0: the whole context.

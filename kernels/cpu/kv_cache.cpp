@@ -1,5 +1,5 @@
 // write_kv: scatters a step's new keys and values into their paged KV cache slots, rounding
-// them to the cache's element type.
+// them to the cache's element type (or, for int8, quantizing each row with its scale).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -69,6 +69,32 @@ void write_kv_typed(const float* key, const float* value, const int64_t* slot_ma
   }
 }
 
+// int8: each (token, head) row quantized with its own scale, stored at the row's element
+// offset / head_dim in the scale arrays.
+void write_kv_int8(const float* key, const float* value, const int64_t* slot_mapping,
+                   int num_tokens, const KvCacheView& cache) {
+  assert(cache.key_scales != nullptr && cache.value_scales != nullptr);
+  const long row = static_cast<long>(cache.num_kv_heads) * cache.head_dim;  // one token
+  auto* key_cache = static_cast<int8_t*>(cache.key);
+  auto* value_cache = static_cast<int8_t*>(cache.value);
+  for (int t = 0; t < num_tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    if (slot < 0) continue;
+    const int64_t block = slot / cache.block_size;
+    const int64_t offset = slot % cache.block_size;
+    assert(block < cache.num_blocks);
+    for (int h = 0; h < cache.num_kv_heads; ++h) {
+      const int64_t scale_index = (block * cache.num_kv_heads + h) * cache.block_size + offset;
+      const int64_t base = scale_index * cache.head_dim;
+      const long src = t * row + static_cast<long>(h) * cache.head_dim;
+      cache.key_scales[scale_index] =
+          quantize_kv_row_int8(key + src, cache.head_dim, key_cache + base);
+      cache.value_scales[scale_index] =
+          quantize_kv_row_int8(value + src, cache.head_dim, value_cache + base);
+    }
+  }
+}
+
 }  // namespace
 
 void write_kv(const float* key, const float* value, const int64_t* slot_mapping, int num_tokens,
@@ -86,6 +112,8 @@ void write_kv(const float* key, const float* value, const int64_t* slot_mapping,
     case KvDtype::kBFloat16:
       return write_kv_typed<KvDtype::kBFloat16, uint16_t>(key, value, slot_mapping, num_tokens,
                                                           cache, f16c);
+    case KvDtype::kInt8:
+      return write_kv_int8(key, value, slot_mapping, num_tokens, cache);
     default:
       return write_kv_typed<KvDtype::kFloat32, float>(key, value, slot_mapping, num_tokens, cache,
                                                       f16c);

@@ -40,6 +40,11 @@ struct KvElement<KvDtype::kFloat32> {
   using Type = float;
   static float load(const Type* p, long i) { return p[i]; }
 };
+template <>
+struct KvElement<KvDtype::kInt8> {  // scaled per row by the caller
+  using Type = int8_t;
+  static float load(const Type* p, long i) { return static_cast<float>(p[i]); }
+};
 
 // dot(q, k) over n elements with independent partial sums, so the loop vectorises at -O3.
 template <KvDtype kDtype>
@@ -78,12 +83,17 @@ void attend_one(const PagedAttentionParams& p, const float* q, const int32_t* bl
     const long base = block_id * block_stride + kv_head * head_stride;
     const Element* keys = static_cast<const Element*>(p.key_cache) + base;
     const Element* values = static_cast<const Element*>(p.value_cache) + base;
+    // int8: row j's scale multiplies its dot product, and its softmax weight for the values.
+    const float* key_scales = kDtype == KvDtype::kInt8 ? p.key_scales + base / d : nullptr;
+    const float* value_scales = kDtype == KvDtype::kInt8 ? p.value_scales + base / d : nullptr;
     // Positions outside [first_visible, pos] are masked by not reading them at all.
     const int begin = std::max(0, first_visible - b * p.block_size);
     const int end = std::min(p.block_size, pos + 1 - b * p.block_size);
     float block_max = -std::numeric_limits<float>::infinity();
     for (int j = begin; j < end; ++j) {
-      float score = dot<kDtype>(q, keys + static_cast<long>(j) * d, d) * p.scale;
+      float dot_product = dot<kDtype>(q, keys + static_cast<long>(j) * d, d);
+      if constexpr (kDtype == KvDtype::kInt8) dot_product *= key_scales[j];
+      float score = dot_product * p.scale;
       if (p.logit_softcap > 0.0f) score = p.logit_softcap * std::tanh(score / p.logit_softcap);
       scores[j] = score;
       block_max = std::max(block_max, score);
@@ -99,7 +109,8 @@ void attend_one(const PagedAttentionParams& p, const float* q, const int32_t* bl
       const float weight = std::exp(scores[j] - running_max);
       running_sum += weight;
       const Element* v = values + static_cast<long>(j) * d;
-      for (int i = 0; i < d; ++i) out[i] += weight * KvElement<kDtype>::load(v, i);
+      const float value_weight = kDtype == KvDtype::kInt8 ? weight * value_scales[j] : weight;
+      for (int i = 0; i < d; ++i) out[i] += value_weight * KvElement<kDtype>::load(v, i);
     }
   }
   const float inv_sum = 1.0f / running_sum;
@@ -136,6 +147,9 @@ void attend_heads_portable(const PagedAttentionParams& p, const float* q,
     case KvDtype::kBFloat16:
       return attend_heads_portable_typed<KvDtype::kBFloat16>(
           p, q, block_table, first_pos, num_queries, first_kv_head, num_kv_heads, out);
+    case KvDtype::kInt8:
+      return attend_heads_portable_typed<KvDtype::kInt8>(p, q, block_table, first_pos, num_queries,
+                                                         first_kv_head, num_kv_heads, out);
     default:
       return attend_heads_portable_typed<KvDtype::kFloat32>(
           p, q, block_table, first_pos, num_queries, first_kv_head, num_kv_heads, out);
@@ -147,6 +161,7 @@ void attend_heads_portable(const PagedAttentionParams& p, const float* q,
 void paged_attention(const PagedAttentionParams& p, ThreadPool* pool, Isa isa) {
   assert(p.query != nullptr && p.out != nullptr && p.query != p.out);
   assert(p.key_cache != nullptr && p.value_cache != nullptr);
+  assert(p.kv_dtype != KvDtype::kInt8 || (p.key_scales != nullptr && p.value_scales != nullptr));
   assert(p.query_start_loc != nullptr && p.seq_lens != nullptr && p.block_tables != nullptr);
   assert(p.num_seqs >= 0 && p.head_dim > 0);
   assert(p.block_size >= 1 && p.block_size <= kMaxBlockSize);

@@ -15,6 +15,9 @@ KvCacheShape llama8b() { return KvCacheShape{32, 8, 128, 2, 16}; }
 TEST(KvCacheSizing, BytesPerBlockCountsKAndVForEveryLayer) {
   EXPECT_EQ(kv_bytes_per_block(llama8b()), 2LL * 32 * 8 * 128 * 2 * 16);  // 2 MiB
   EXPECT_THROW(kv_bytes_per_block(KvCacheShape{0, 8, 128, 2, 16}), std::invalid_argument);
+  // The CPU's int8 cache: one byte per element plus a float32 scale per (token, head) row of
+  // K and of V.
+  EXPECT_EQ(kv_bytes_per_block(KvCacheShape{32, 8, 128, 1, 16, 4}), 2LL * 32 * 8 * 16 * (128 + 4));
 }
 
 TEST(KvCacheSizing, BlocksFromMemoryRoundDown) {

@@ -138,6 +138,11 @@ TEST(KvDtype, NamesAndSizes) {
   EXPECT_EQ(KvDtype::kFloat16, parse_kv_dtype("half"));
   EXPECT_EQ(KvDtype::kBFloat16, parse_kv_dtype("bf16"));
   EXPECT_EQ(KvDtype::kFloat32, parse_kv_dtype("float32"));
+  EXPECT_EQ(KvDtype::kInt8, parse_kv_dtype("int8"));
+  EXPECT_EQ(1, kv_dtype_size(KvDtype::kInt8));
+  EXPECT_EQ(4, kv_dtype_row_scale_bytes(KvDtype::kInt8));
+  EXPECT_EQ(0, kv_dtype_row_scale_bytes(KvDtype::kFloat16));
+  EXPECT_STREQ("int8", kv_dtype_name(KvDtype::kInt8));
   EXPECT_FALSE(parse_kv_dtype("auto").has_value());
   EXPECT_FALSE(parse_kv_dtype("fp8").has_value());
   EXPECT_EQ(4, kv_dtype_size(KvDtype::kFloat32));

@@ -1,6 +1,6 @@
 // PagedKvCache: its byte size per block follows the element type, and block copies (within a
 // pool for copy-on-write, between pools for swap) move every layer's K and V bytes unchanged
-// and nothing else, for float32 and the 16-bit dtypes.
+// and nothing else, for float32 and the 16-bit dtypes; int8 blocks carry their rows' scales.
 #include "model/paged_kv_cache.h"
 
 #include <gtest/gtest.h>
@@ -88,6 +88,68 @@ TEST(PagedKvCache, CopiesMoveRawBytesOfOneBlockInEveryLayer) {
     swap.copy_block_to(0, device, 3);
     EXPECT_EQ(snapshot(device, device_bytes), expected);
   }
+}
+
+// Everything an int8 block is, per layer: its K and V quants and its rows' scales.
+struct Int8Block {
+  std::vector<int8_t> quants;
+  std::vector<float> scales;
+  bool operator==(const Int8Block&) const = default;
+};
+
+Int8Block int8_block(PagedKvCache& cache, int block) {
+  Int8Block out;
+  const size_t elements = cache.elements_per_block();
+  const size_t rows = elements / kHeadDim;
+  for (int l = 0; l < cache.num_layers(); ++l) {
+    const kernels::KvCacheView view = cache.layer(l);
+    for (const void* quants : {view.key, view.value}) {
+      const auto* p = static_cast<const int8_t*>(quants) + block * elements;
+      out.quants.insert(out.quants.end(), p, p + elements);
+    }
+    for (const float* scales : {view.key_scales, view.value_scales}) {
+      out.scales.insert(out.scales.end(), scales + block * rows, scales + (block + 1) * rows);
+    }
+  }
+  return out;
+}
+
+void fill_random_int8(PagedKvCache& cache, std::mt19937& rng) {
+  const size_t elements = cache.num_blocks() * cache.elements_per_block();
+  for (int l = 0; l < cache.num_layers(); ++l) {
+    const kernels::KvCacheView view = cache.layer(l);
+    for (void* quants : {view.key, view.value}) {
+      auto* p = static_cast<int8_t*>(quants);
+      for (size_t i = 0; i < elements; ++i) p[i] = static_cast<int8_t>(rng());
+    }
+    for (float* scales : {view.key_scales, view.value_scales}) {
+      for (size_t i = 0; i < elements / kHeadDim; ++i) scales[i] = static_cast<float>(rng());
+    }
+  }
+}
+
+TEST(PagedKvCache, Int8BlocksCarryTheirScales) {
+  std::mt19937 rng(4);
+  PagedKvCache device(kLayers, 6, kBlockSize, kKvHeads, kHeadDim, KvDtype::kInt8);
+  PagedKvCache swap(kLayers, 3, kBlockSize, kKvHeads, kHeadDim, KvDtype::kInt8);
+  const size_t elements = static_cast<size_t>(kKvHeads) * kBlockSize * kHeadDim;
+  EXPECT_EQ(device.bytes_per_block(), 2 * kLayers * (elements + kKvHeads * kBlockSize * 4));
+  ASSERT_NE(device.layer(0).key_scales, nullptr);
+  ASSERT_NE(device.layer(2).value_scales, nullptr);
+  fill_random_int8(device, rng);
+  fill_random_int8(swap, rng);
+  std::vector<Int8Block> before;
+  for (int b = 0; b < 6; ++b) before.push_back(int8_block(device, b));
+
+  device.copy_block(4, 1);  // copy-on-write
+  for (int b = 0; b < 6; ++b) EXPECT_EQ(int8_block(device, b), before[b == 1 ? 4 : b]) << b;
+
+  const Int8Block swap_0 = int8_block(swap, 0);
+  device.copy_block_to(5, swap, 2);  // swap out
+  EXPECT_EQ(int8_block(swap, 2), before[5]);
+  swap.copy_block_to(0, device, 3);  // swap in
+  EXPECT_EQ(int8_block(device, 3), swap_0);
+  EXPECT_EQ(int8_block(device, 0), before[0]);
 }
 
 }  // namespace

@@ -14,7 +14,10 @@
 
 namespace pagedserve::testing {
 
-enum class ReferenceKv { kFloat64, kFloat16, kBFloat16 };
+// What the reference's KV cache keeps: exact doubles, or the float32 K/V rounded to a 16-bit
+// type, or quantized to int8 per (token, KV head) row (kInt8: q = round-half-even(x / s) with
+// s = amax / 127 over the row's head_dim values, written in double here).
+enum class ReferenceKv { kFloat64, kFloat16, kBFloat16, kInt8 };
 
 class ReferenceLlama {
  public:
@@ -106,6 +109,21 @@ class ReferenceLlama {
   // What the KV cache keeps of x: the float32 the model computes, rounded to the KV dtype.
   std::vector<double> stored(std::vector<double> x) const {
     if (kv_ == ReferenceKv::kFloat64) return x;
+    if (kv_ == ReferenceKv::kInt8) {
+      const size_t hd = static_cast<size_t>(w_.config.head_dim);
+      for (size_t row = 0; row < x.size(); row += hd) {
+        double amax = 0;
+        for (size_t i = row; i < row + hd; ++i) {
+          amax = std::max(amax, std::abs(static_cast<double>(static_cast<float>(x[i]))));
+        }
+        const double scale = amax / 127.0;
+        for (size_t i = row; i < row + hd; ++i) {
+          const double f = static_cast<double>(static_cast<float>(x[i]));
+          x[i] = scale == 0.0 ? 0.0 : std::nearbyint(f / scale) * scale;
+        }
+      }
+      return x;
+    }
     for (double& v : x) {
       const float f = static_cast<float>(v);
       if (kv_ == ReferenceKv::kFloat16) {

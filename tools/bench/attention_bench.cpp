@@ -3,7 +3,8 @@
 // as GB/s of K/V read (the roofline of decode attention), and a 512-token prefill as GFLOP/s.
 // Each case runs on the portable loops and on the best ISA this CPU has, on a pool of
 // PAGEDSERVE_BENCH_THREADS threads (default: every core), with a float32 cache and, on the best
-// ISA, float16 and bfloat16 caches (GB/s counts K/V at their stored size). The cache is
+// ISA, float16, bfloat16 and int8 caches (GB/s counts K/V at their stored size, int8's row
+// scales included; time per call is the figure to compare between dtypes). The cache is
 // allocated as the executor's is (2 MiB aligned, transparent huge pages).
 #include <benchmark/benchmark.h>
 
@@ -50,10 +51,14 @@ void BM_PagedAttention(benchmark::State& state) {
   const size_t element_bytes = kv_dtype_size(dtype);
   std::vector<char, HugePageAllocator<char>> keys(cache_elements * element_bytes);
   std::vector<char, HugePageAllocator<char>> values(cache_elements * element_bytes);
+  const size_t rows = cache_elements / kHeadDim;  // int8's scales: one per (token, head)
+  std::vector<float, HugePageAllocator<float>> key_scales(rows), value_scales(rows);
   for (std::vector<char, HugePageAllocator<char>>* cache : {&keys, &values}) {
     for (size_t i = 0; i < cache_elements; ++i) {
       const float x = dist(rng);
-      if (dtype == KvDtype::kFloat32) {
+      if (dtype == KvDtype::kInt8) {
+        reinterpret_cast<int8_t*>(cache->data())[i] = static_cast<int8_t>(x * 127.0f);
+      } else if (dtype == KvDtype::kFloat32) {
         reinterpret_cast<float*>(cache->data())[i] = x;
       } else {
         reinterpret_cast<uint16_t*>(cache->data())[i] =
@@ -86,6 +91,12 @@ void BM_PagedAttention(benchmark::State& state) {
   p.block_size = kBlockSize;
   p.scale = 0.125f;
   p.kv_dtype = dtype;
+  if (dtype == KvDtype::kInt8) {
+    std::fill(key_scales.begin(), key_scales.end(), 1.0f / 127.0f);
+    std::fill(value_scales.begin(), value_scales.end(), 1.0f / 127.0f);
+    p.key_scales = key_scales.data();
+    p.value_scales = value_scales.data();
+  }
   for (auto _ : state) {
     paged_attention(p, &pool(), isa);
     benchmark::DoNotOptimize(out.data());
@@ -95,7 +106,9 @@ void BM_PagedAttention(benchmark::State& state) {
   double positions = 0;
   for (int i = 0; i < q_len; ++i) positions += context - q_len + i + 1;
   positions *= num_seqs;
-  const double bytes = positions * kHeads * kHeadDim * 2 * static_cast<double>(element_bytes);
+  const double bytes =
+      positions * kHeads * 2 *
+      (kHeadDim * static_cast<double>(element_bytes) + kv_dtype_row_scale_bytes(dtype));
   state.counters["GB/s"] =
       benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOP/s"] = benchmark::Counter(4.0 * positions * kHeads * kHeadDim * 1e-9,
@@ -112,7 +125,8 @@ void register_all() {
   };
   for (const auto& c : cases) {
     if (best_isa() != Isa::kPortable) add(c, Isa::kPortable, KvDtype::kFloat32);
-    for (KvDtype dtype : {KvDtype::kFloat32, KvDtype::kFloat16, KvDtype::kBFloat16}) {
+    for (KvDtype dtype :
+         {KvDtype::kFloat32, KvDtype::kFloat16, KvDtype::kBFloat16, KvDtype::kInt8}) {
       add(c, best_isa(), dtype);
     }
   }
