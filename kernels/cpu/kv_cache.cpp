@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/cpu/kernels.h"
@@ -69,10 +70,41 @@ void write_kv_typed(const float* key, const float* value, const int64_t* slot_ma
   }
 }
 
+// quantize_kv_row_int8 on AVX-512, the same bits: vmaxps keeps its second operand when the
+// first is NaN (the scalar loop's skip), vcvtps2dq rounds the float product to nearest even
+// (the scalar add-and-subtract), and a NaN element's conversion is masked to 0.
+__attribute__((target("avx512f,avx512bw"))) float quantize_kv_row_int8_avx512(const float* x, int n,
+                                                                              int8_t* q) {
+  __m512 amax_lanes = _mm512_setzero_ps();
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 m =
+        n - i >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 magnitude = _mm512_abs_ps(_mm512_maskz_loadu_ps(m, x + i));
+    amax_lanes = _mm512_max_ps(magnitude, amax_lanes);
+  }
+  const float amax = _mm512_reduce_max_ps(amax_lanes);
+  if (!(amax >= kKvInt8MinAmax) || !std::isfinite(amax)) {
+    std::fill_n(q, n, int8_t{0});
+    return 0.0f;
+  }
+  const __m512 inverse = _mm512_set1_ps(127.0f / amax);
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 m =
+        n - i >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 product = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inverse);
+    const __mmask16 ordered = _mm512_cmp_ps_mask(product, product, _CMP_ORD_Q);
+    const __m512i rounded = _mm512_maskz_mov_epi32(ordered, _mm512_cvtps_epi32(product));
+    _mm512_mask_cvtsepi32_storeu_epi8(q + i, m, rounded);
+  }
+  return amax / 127.0f;
+}
+
 // int8: each (token, head) row quantized with its own scale, stored at the row's element
 // offset / head_dim in the scale arrays.
 void write_kv_int8(const float* key, const float* value, const int64_t* slot_mapping,
-                   int num_tokens, const KvCacheView& cache) {
+                   int num_tokens, const KvCacheView& cache, Isa isa) {
+  const auto quantize_row =
+      isa == Isa::kAvx512 ? quantize_kv_row_int8_avx512 : quantize_kv_row_int8;
   assert(cache.key_scales != nullptr && cache.value_scales != nullptr);
   const long row = static_cast<long>(cache.num_kv_heads) * cache.head_dim;  // one token
   auto* key_cache = static_cast<int8_t*>(cache.key);
@@ -87,10 +119,9 @@ void write_kv_int8(const float* key, const float* value, const int64_t* slot_map
       const int64_t scale_index = (block * cache.num_kv_heads + h) * cache.block_size + offset;
       const int64_t base = scale_index * cache.head_dim;
       const long src = t * row + static_cast<long>(h) * cache.head_dim;
-      cache.key_scales[scale_index] =
-          quantize_kv_row_int8(key + src, cache.head_dim, key_cache + base);
+      cache.key_scales[scale_index] = quantize_row(key + src, cache.head_dim, key_cache + base);
       cache.value_scales[scale_index] =
-          quantize_kv_row_int8(value + src, cache.head_dim, value_cache + base);
+          quantize_row(value + src, cache.head_dim, value_cache + base);
     }
   }
 }
@@ -113,7 +144,7 @@ void write_kv(const float* key, const float* value, const int64_t* slot_mapping,
       return write_kv_typed<KvDtype::kBFloat16, uint16_t>(key, value, slot_mapping, num_tokens,
                                                           cache, f16c);
     case KvDtype::kInt8:
-      return write_kv_int8(key, value, slot_mapping, num_tokens, cache);
+      return write_kv_int8(key, value, slot_mapping, num_tokens, cache, isa);
     default:
       return write_kv_typed<KvDtype::kFloat32, float>(key, value, slot_mapping, num_tokens, cache,
                                                       f16c);

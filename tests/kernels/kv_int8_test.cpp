@@ -133,6 +133,50 @@ TEST(KvInt8, WriteKvStoresEachRowWithItsScaleAndNothingElse) {
   }
 }
 
+// The vector quantization (AVX-512) gives the scalar function's bits, special rows included:
+// all zero, below the minimum amax, an infinity, a NaN among finite values, ties.
+TEST(KvInt8, WriteKvGivesTheSameBitsOnEveryIsa) {
+  std::mt19937 rng(21);
+  for (int d : {8, 64, 80, 128}) {
+    const int num_tokens = 10, kv_heads = 2, block_size = 16;
+    std::vector<float> k = random_floats(rng, static_cast<size_t>(num_tokens) * kv_heads * d);
+    std::vector<float> v = random_floats(rng, k.size());
+    const auto row = [&](std::vector<float>& x, int t, int h) {
+      return x.data() + (static_cast<size_t>(t) * kv_heads + h) * d;
+    };
+    std::fill_n(row(k, 0, 0), d, 0.0f);
+    std::fill_n(row(k, 1, 1), d, 1e-38f);
+    row(k, 2, 0)[d - 1] = std::numeric_limits<float>::infinity();
+    row(v, 3, 1)[d / 2] = std::nanf("");
+    for (int i = 0; i < d; ++i) row(v, 4, 0)[i] = (i % 5 - 2) * 0.5f;  // x * 127 / amax ties
+    std::vector<int64_t> slots(num_tokens);
+    std::iota(slots.begin(), slots.end(), 3);
+    std::vector<int8_t> reference_k, reference_v;
+    std::vector<float> reference_scales;
+    for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+      if (!isa_supported(isa)) continue;
+      SCOPED_TRACE(::testing::Message() << isa_name(isa) << " d=" << d);
+      const size_t rows = static_cast<size_t>(2) * kv_heads * block_size;
+      std::vector<int8_t> keys(rows * d, 0x55), values(rows * d, 0x55);
+      std::vector<float> scales(2 * rows, -1.0f);
+      KvCacheView view{keys.data(),    values.data(), 2,
+                       block_size,     kv_heads,      d,
+                       KvDtype::kInt8, scales.data(), scales.data() + rows};
+      write_kv(k.data(), v.data(), slots.data(), num_tokens, view, isa);
+      if (isa == Isa::kPortable) {
+        reference_k = keys;
+        reference_v = values;
+        reference_scales = scales;
+        continue;
+      }
+      EXPECT_EQ(keys, reference_k);
+      EXPECT_EQ(values, reference_v);
+      EXPECT_EQ(0,
+                std::memcmp(scales.data(), reference_scales.data(), scales.size() * sizeof(float)));
+    }
+  }
+}
+
 // An int8 cache of the batch: every cached row (junk too) quantized, and the contiguous K/V the
 // reference reads replaced by the dequantized rows. A row the kernel must never read (the NaN
 // rows before a sliding window) gets a NaN scale, so reading it would show.
