@@ -90,8 +90,8 @@ std::string resolve_device(const std::string& device);
 
 // The CPU executor's KV-cache element type for a --kv-cache-dtype value: float32, float16,
 // bfloat16 (and their short names) or int8; auto is the checkpoint's torch_dtype, float32 when
-// that is empty or not one of the three 16/32-bit types. Throws std::invalid_argument for fp8 (CUDA only) and for
-// unknown names.
+// that is empty or not one of the three 16/32-bit types. Throws std::invalid_argument for fp8
+// (CUDA only) and for unknown names.
 kernels::KvDtype resolve_cpu_kv_dtype(const std::string& kv_cache_dtype,
                                       const std::string& torch_dtype);
 

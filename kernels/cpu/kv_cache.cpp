@@ -70,6 +70,11 @@ void write_kv_typed(const float* key, const float* value, const int64_t* slot_ma
   }
 }
 
+// The first min(n, 16) lanes.
+inline __mmask16 first_lanes(int n) {
+  return n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
+}
+
 // quantize_kv_row_int8 on AVX-512, the same bits: vmaxps keeps its second operand when the
 // first is NaN (the scalar loop's skip), vcvtps2dq rounds the float product to nearest even
 // (the scalar add-and-subtract), and a NaN element's conversion is masked to 0.
@@ -77,8 +82,7 @@ __attribute__((target("avx512f,avx512bw"))) float quantize_kv_row_int8_avx512(co
                                                                               int8_t* q) {
   __m512 amax_lanes = _mm512_setzero_ps();
   for (int i = 0; i < n; i += 16) {
-    const __mmask16 m =
-        n - i >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 m = first_lanes(n - i);
     const __m512 magnitude = _mm512_abs_ps(_mm512_maskz_loadu_ps(m, x + i));
     amax_lanes = _mm512_max_ps(magnitude, amax_lanes);
   }
@@ -89,8 +93,7 @@ __attribute__((target("avx512f,avx512bw"))) float quantize_kv_row_int8_avx512(co
   }
   const __m512 inverse = _mm512_set1_ps(127.0f / amax);
   for (int i = 0; i < n; i += 16) {
-    const __mmask16 m =
-        n - i >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 m = first_lanes(n - i);
     const __m512 product = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inverse);
     const __mmask16 ordered = _mm512_cmp_ps_mask(product, product, _CMP_ORD_Q);
     const __m512i rounded = _mm512_maskz_mov_epi32(ordered, _mm512_cvtps_epi32(product));
