@@ -241,25 +241,7 @@ void run_int8_case(const AttentionCase& c, std::mt19937& rng) {
     EXPECT_EQ(0, std::memcmp(pooled.data(), out.data(), out.size() * sizeof(float)))
         << "threaded result differs from the single-threaded one";
 
-    // Batch invariance: each sequence alone gives the bits it gave inside the batch.
-    const size_t token_floats = static_cast<size_t>(params.num_heads) * params.head_dim;
-    for (int s = 0; s < params.num_seqs; ++s) {
-      const int first = batch.query_start_loc[s];
-      const int q_len = batch.query_start_loc[s + 1] - first;
-      const int32_t start[2] = {0, q_len};
-      std::vector<float> alone(q_len * token_floats, std::nanf(""));
-      PagedAttentionParams one = params;
-      one.num_seqs = 1;
-      one.query = batch.query.data() + first * token_floats;
-      one.out = alone.data();
-      one.query_start_loc = start;
-      one.seq_lens = batch.seq_lens.data() + s;
-      one.block_tables = batch.block_tables.data() + static_cast<size_t>(s) * batch.max_blocks;
-      paged_attention(one, nullptr, isa);
-      EXPECT_EQ(0, std::memcmp(alone.data(), out.data() + first * token_floats,
-                               alone.size() * sizeof(float)))
-          << "sequence " << s << " alone differs from the batch";
-    }
+    testing::expect_each_sequence_alone_equal(params, batch, out.data(), isa);
   }
 }
 
@@ -295,29 +277,7 @@ TEST(KvInt8, PrefillTileRowsEqualDecodeSteps) {
   params.key_scales = cache.key_scales.data();
   params.value_scales = cache.value_scales.data();
   params.kv_dtype = KvDtype::kInt8;
-  const size_t token_floats = static_cast<size_t>(params.num_heads) * params.head_dim;
-  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
-    if (!isa_supported(isa)) continue;
-    SCOPED_TRACE(isa_name(isa));
-    std::vector<float> prefill(batch.query.size(), std::nanf(""));
-    params.out = prefill.data();
-    paged_attention(params, &pool, isa);
-    for (int i = 0; i < c.seqs[0].q_len; ++i) {
-      const int pos = c.seqs[0].seq_len - c.seqs[0].q_len + i;
-      const int32_t decode_start[2] = {0, 1};
-      const int32_t decode_len = pos + 1;
-      std::vector<float> decode(token_floats, std::nanf(""));
-      PagedAttentionParams one = params;
-      one.query = batch.query.data() + i * token_floats;
-      one.out = decode.data();
-      one.query_start_loc = decode_start;
-      one.seq_lens = &decode_len;
-      paged_attention(one, i % 2 ? &pool : nullptr, isa);
-      ASSERT_EQ(0, std::memcmp(decode.data(), prefill.data() + i * token_floats,
-                               token_floats * sizeof(float)))
-          << "query " << i << " (position " << pos << ") differs as a decode step";
-    }
-  }
+  testing::expect_prefill_rows_equal_decode_steps(params, c.seqs[0].seq_len, c.seqs[0].q_len, pool);
 }
 
 }  // namespace

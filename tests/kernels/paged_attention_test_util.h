@@ -244,6 +244,61 @@ inline PagedAttentionParams make_params(const AttentionCase& c, const PagedBatch
   return params;
 }
 
+// Batch invariance: each sequence of `params` (the batch's, out its result on `isa`) computed
+// alone gives the bits it gave inside the batch.
+inline void expect_each_sequence_alone_equal(const PagedAttentionParams& params,
+                                             const PagedBatch& batch, const float* out, Isa isa) {
+  for (int s = 0; s < params.num_seqs; ++s) {
+    const int q_len = batch.query_start_loc[s + 1] - batch.query_start_loc[s];
+    if (q_len == 0) continue;
+    const int32_t alone_start[2] = {0, q_len};
+    const size_t token_floats = static_cast<size_t>(params.num_heads) * params.head_dim;
+    const size_t first = batch.query_start_loc[s] * token_floats;
+    std::vector<float> alone(q_len * token_floats, std::nanf(""));
+    PagedAttentionParams one = params;
+    one.query = batch.query.data() + first;
+    one.out = alone.data();
+    one.query_start_loc = alone_start;
+    one.seq_lens = batch.seq_lens.data() + s;
+    one.block_tables = batch.block_tables.data() + static_cast<size_t>(s) * batch.max_blocks;
+    one.num_seqs = 1;
+    paged_attention(one, nullptr, isa);
+    EXPECT_EQ(0, std::memcmp(alone.data(), out + first, alone.size() * sizeof(float)))
+        << "sequence " << s << " alone differs from the batched result";
+  }
+}
+
+// Recompute preemption and chunked prefill rely on this: `params` holds one sequence of
+// seq_len tokens whose last q_len are queries; on every supported ISA, each query's output
+// inside the prefill equals, bit for bit, the same token computed as a decode step over its
+// prefix (alone or threaded).
+inline void expect_prefill_rows_equal_decode_steps(PagedAttentionParams params, int seq_len,
+                                                   int q_len, ThreadPool& pool) {
+  const size_t token_floats = static_cast<size_t>(params.num_heads) * params.head_dim;
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    SCOPED_TRACE(isa_name(isa));
+    std::vector<float> prefill(q_len * token_floats, std::nanf(""));
+    params.out = prefill.data();
+    paged_attention(params, &pool, isa);
+    for (int i = 0; i < q_len; ++i) {
+      const int pos = seq_len - q_len + i;
+      const int32_t decode_start[2] = {0, 1};
+      const int32_t decode_len = pos + 1;
+      std::vector<float> decode(token_floats, std::nanf(""));
+      PagedAttentionParams one = params;
+      one.query = params.query + i * token_floats;
+      one.out = decode.data();
+      one.query_start_loc = decode_start;
+      one.seq_lens = &decode_len;
+      paged_attention(one, i % 2 ? &pool : nullptr, isa);
+      ASSERT_EQ(0, std::memcmp(decode.data(), prefill.data() + i * token_floats,
+                               token_floats * sizeof(float)))
+          << "query " << i << " (position " << pos << ") differs as a decode step";
+    }
+  }
+}
+
 // Runs the case on every supported ISA against the reference, and checks that the result is
 // the same bits with a 16-bit cache as with a float32 one holding the same values, split over
 // threads, and for each sequence computed alone.
@@ -293,25 +348,7 @@ inline void run_case(const AttentionCase& c, std::mt19937& rng, KvDtype dtype = 
     EXPECT_EQ(0, std::memcmp(pooled.data(), out.data(), out.size() * sizeof(float)))
         << "threaded result differs from the single-threaded one";
 
-    // Batch invariance: each sequence alone gives the bits it gave inside the batch.
-    for (int s = 0; s < params.num_seqs; ++s) {
-      const int q_len = batch.query_start_loc[s + 1] - batch.query_start_loc[s];
-      if (q_len == 0) continue;
-      const int32_t alone_start[2] = {0, q_len};
-      const size_t token_floats = static_cast<size_t>(params.num_heads) * params.head_dim;
-      const size_t first = batch.query_start_loc[s] * token_floats;
-      std::vector<float> alone(q_len * token_floats, std::nanf(""));
-      PagedAttentionParams one = params;
-      one.query = batch.query.data() + first;
-      one.out = alone.data();
-      one.query_start_loc = alone_start;
-      one.seq_lens = batch.seq_lens.data() + s;
-      one.block_tables = batch.block_tables.data() + static_cast<size_t>(s) * batch.max_blocks;
-      one.num_seqs = 1;
-      paged_attention(one, nullptr, isa);
-      EXPECT_EQ(0, std::memcmp(alone.data(), out.data() + first, alone.size() * sizeof(float)))
-          << "sequence " << s << " alone differs from the batched result";
-    }
+    expect_each_sequence_alone_equal(params, batch, out.data(), isa);
   }
 }
 

@@ -159,28 +159,9 @@ TEST(SlidingWindowAttention, PrefillTileRowsEqualDecodeSteps) {
         params.value_cache = value_bits.data();
         params.kv_dtype = dtype;
       }
-      const size_t token_floats = static_cast<size_t>(params.num_heads) * params.head_dim;
-      for (Isa isa : {Isa::kPortable, Isa::kAvx512}) {
-        if (!isa_supported(isa)) continue;
-        SCOPED_TRACE(isa_name(isa));
-        std::vector<float> prefill(batch.query.size(), std::nanf(""));
-        params.out = prefill.data();
-        paged_attention(params, &pool, isa);
-        for (int i = 0; i < c.seqs[0].q_len; ++i) {
-          const int32_t decode_start[2] = {0, 1};
-          const int32_t decode_len = c.seqs[0].seq_len - c.seqs[0].q_len + i + 1;
-          std::vector<float> decode(token_floats, std::nanf(""));
-          PagedAttentionParams one = params;
-          one.query = batch.query.data() + i * token_floats;
-          one.out = decode.data();
-          one.query_start_loc = decode_start;
-          one.seq_lens = &decode_len;
-          paged_attention(one, i % 2 ? &pool : nullptr, isa);
-          ASSERT_EQ(0, std::memcmp(decode.data(), prefill.data() + i * token_floats,
-                                   token_floats * sizeof(float)))
-              << "query " << i << " differs as a decode step";
-        }
-      }
+      testing::expect_prefill_rows_equal_decode_steps(params, c.seqs[0].seq_len, c.seqs[0].q_len,
+                                                      pool);
+      if (HasFatalFailure()) return;
     }
   }
 }
