@@ -76,6 +76,15 @@ TEST(GenerateCli, TextModeStreamsTheContinuation) {
   EXPECT_EQ(r.output.rfind(", there was a little girl named Lily.", 0), 0u) << r.output;
 }
 
+// With an int8 KV cache the greedy story is still the one stories260K tells.
+TEST(GenerateCli, Int8KvCacheTellsTheSameStory) {
+  const CommandResult r = run("generate " + model_flag() +
+                              " --prompt 'Once upon a time' --temperature 0 --max-tokens 12"
+                              " --kv-cache-dtype int8");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind(", there was a little girl named Lily.", 0), 0u) << r.output;
+}
+
 TEST(GenerateCli, BadFlagsExitTwoNamingTheFlag) {
   CommandResult r = run("generate " + model_flag() + " --prompt hi --max-tokens nope");
   EXPECT_EQ(r.exit_code, 2);

@@ -158,6 +158,18 @@ TEST(BenchPhasesCli, ReportsPrefillDecodeAndRooflineFields) {
   EXPECT_EQ(
       out32["bytes_per_decode_step"].get<double>() - out["bytes_per_decode_step"].get<double>(),
       3.0 * 2 * 2 * 2 * 16 * 23 * 2);
+  // int8: a byte per element plus a 4-byte scale per (token, head) row, so 16 x 2 - (16 + 4)
+  // = 12 bytes less per row than float16.
+  const CommandResult int8 =
+      run("bench throughput --model " + dir.string() +
+          " --batch 3 --prompt-tokens 20 --output-tokens 4 --threads 2 --bandwidth 50 --json"
+          " --kv-cache-dtype int8");
+  ASSERT_EQ(int8.exit_code, 0) << int8.output;
+  const nlohmann::json out8 = nlohmann::json::parse(int8.output);
+  EXPECT_EQ(out8["kv_cache_dtype"].get<std::string>(), "int8");
+  EXPECT_EQ(
+      out["bytes_per_decode_step"].get<double>() - out8["bytes_per_decode_step"].get<double>(),
+      3.0 * 2 * 2 * 2 * 23 * 12);
   const CommandResult fp8 =
       run("bench throughput --model " + dir.string() +
           " --batch 1 --prompt-tokens 4 --output-tokens 2 --kv-cache-dtype fp8");
