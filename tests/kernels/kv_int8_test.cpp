@@ -4,12 +4,14 @@
 // bitwise guarantees (threads, batch invariance, prefill rows equal to decode steps).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cpu/kernels.h"
@@ -25,7 +27,7 @@ using testing::describe;
 using testing::PagedBatch;
 using testing::random_floats;
 
-// Round half to even of a double, written independently of the kernel's float nearbyint.
+// Round half to even of a double, written independently of the kernel's rounding.
 double round_half_even(double v) {
   const double floor_v = std::floor(v);
   const double rest = v - floor_v;
