@@ -38,27 +38,31 @@ PS_TARGET_AVX512 inline __mmask16 tail_mask(int n) {
 }
 
 // K/V element loaders: 16 lanes (masked) of a row, widened to float.
+// kRowScaled: each row has a scale that multiplies its dot product and its softmax weight.
 struct KvF32 {
   using Type = float;
+  static constexpr bool kRowScaled = false;
   PS_TARGET_AVX512 static __m512 load(const Type* p, __mmask16 m) {
     return _mm512_maskz_loadu_ps(m, p);
   }
 };
 struct KvF16 {
   using Type = uint16_t;
+  static constexpr bool kRowScaled = false;
   PS_TARGET_AVX512 static __m512 load(const Type* p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
   }
 };
 struct KvBF16 {
   using Type = uint16_t;
+  static constexpr bool kRowScaled = false;
   PS_TARGET_AVX512 static __m512 load(const Type* p, __mmask16 m) {
     return _mm512_castsi512_ps(
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
   }
 };
-// int8: the quants as floats (exact); each row's scale multiplies its dot product and its
-// softmax weight (kRowScaled), so the inner loops stay the float32 path's.
+// int8: the quants as floats (exact), each row scaled (kRowScaled), so the inner loops stay the
+// float32 path's.
 struct KvI8 {
   using Type = int8_t;
   static constexpr bool kRowScaled = true;
@@ -66,14 +70,6 @@ struct KvI8 {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
   }
 };
-template <class Kv>
-constexpr bool row_scaled() {
-  if constexpr (requires { Kv::kRowScaled; }) {
-    return Kv::kRowScaled;
-  } else {
-    return false;
-  }
-}
 
 // Loads and stores of the output accumulators, which are stored and reloaded for every block:
 // full vectors use the plain forms, because a masked store does not forward to a later load
@@ -291,7 +287,7 @@ PS_TARGET_AVX512 inline float block_scores(const float* q, const typename Kv::Ty
   for (int j = 0; j < n_valid; j += 16) {
     const int count = n_valid - j < 16 ? n_valid - j : 16;
     __m512 dots = dot16<Kv>(q, keys + static_cast<long>(j) * d, d, count);
-    if constexpr (row_scaled<Kv>()) {
+    if constexpr (Kv::kRowScaled) {
       dots = _mm512_mul_ps(dots, _mm512_maskz_loadu_ps(tail_mask(count), row_scales + j));
     }
     __m512 s = _mm512_mul_ps(dots, _mm512_set1_ps(scale));
@@ -429,8 +425,8 @@ PS_TARGET_AVX512 void attend_walk(const PagedAttentionParams& p, const float* q,
       const Element* keys = key_cache + base;
       const Element* values = value_cache + base;
       // int8: the unit's rows' scales in this block (the row's element offset / d).
-      const float* key_scales = row_scaled<Kv>() ? p.key_scales + base / d : nullptr;
-      const float* value_scales = row_scaled<Kv>() ? p.value_scales + base / d : nullptr;
+      const float* key_scales = Kv::kRowScaled ? p.key_scales + base / d : nullptr;
+      const float* value_scales = Kv::kRowScaled ? p.value_scales + base / d : nullptr;
       prefetch_run(values);
       if (u + 1 < num_units) {
         prefetch_run(key_cache + block_id * block_stride + units[u + 1].kv_head * head_stride);
@@ -450,7 +446,7 @@ PS_TARGET_AVX512 void attend_walk(const PagedAttentionParams& p, const float* q,
         for (int h = 0; h < unit.num_heads; ++h) {
           block_max[t][h] =
               block_scores<Kv, kMasked>(q_of(t, h), keys + static_cast<long>(begin) * d,
-                                        row_scaled<Kv>() ? key_scales + begin : nullptr, n_valid, d,
+                                        Kv::kRowScaled ? key_scales + begin : nullptr, n_valid, d,
                                         p.scale, p.logit_softcap, scores[t * kMaxGroup + h]);
         }
       }
@@ -466,7 +462,7 @@ PS_TARGET_AVX512 void attend_walk(const PagedAttentionParams& p, const float* q,
         const int n_valid = end_of(t) - begin;
         for (int h = 0; h < unit.num_heads; ++h) {
           float* weights = scores[t * kMaxGroup + h];
-          if constexpr (row_scaled<Kv>()) {
+          if constexpr (Kv::kRowScaled) {
             // The softmax sum has its weights already; the values take them times each row's
             // scale.
             for (int j = 0; j < n_valid; j += 16) {

@@ -7,7 +7,12 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/avx512_lanes.h"
 #include "kernels/cpu/kernels.h"
+
+// GCC 12's intrinsics for max, the conversions and the reductions start from
+// _mm512_undefined_*, which -Wmaybe-uninitialized reports as a false positive once inlined.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace pagedserve::kernels {
 namespace {
@@ -70,19 +75,14 @@ void write_kv_typed(const float* key, const float* value, const int64_t* slot_ma
   }
 }
 
-// The first min(n, 16) lanes.
-inline __mmask16 first_lanes(int n) {
-  return n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
-}
-
 // quantize_kv_row_int8 on AVX-512, the same bits: vmaxps keeps its second operand when the
 // first is NaN (the scalar loop's skip), vcvtps2dq rounds the float product to nearest even
 // (the scalar add-and-subtract), and a NaN element's conversion is masked to 0.
-__attribute__((target("avx512f,avx512bw"))) float quantize_kv_row_int8_avx512(const float* x, int n,
-                                                                              int8_t* q) {
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) float quantize_kv_row_int8_avx512(
+    const float* x, int n, int8_t* q) {
   __m512 amax_lanes = _mm512_setzero_ps();
   for (int i = 0; i < n; i += 16) {
-    const __mmask16 m = first_lanes(n - i);
+    const __mmask16 m = tail_mask16(n - i);
     const __m512 magnitude = _mm512_abs_ps(_mm512_maskz_loadu_ps(m, x + i));
     amax_lanes = _mm512_max_ps(magnitude, amax_lanes);
   }
@@ -93,7 +93,7 @@ __attribute__((target("avx512f,avx512bw"))) float quantize_kv_row_int8_avx512(co
   }
   const __m512 inverse = _mm512_set1_ps(127.0f / amax);
   for (int i = 0; i < n; i += 16) {
-    const __mmask16 m = first_lanes(n - i);
+    const __mmask16 m = tail_mask16(n - i);
     const __m512 product = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inverse);
     const __mmask16 ordered = _mm512_cmp_ps_mask(product, product, _CMP_ORD_Q);
     const __m512i rounded = _mm512_maskz_mov_epi32(ordered, _mm512_cvtps_epi32(product));

@@ -159,20 +159,6 @@ size_t quant_block_bytes(QuantType type) {
 
 namespace detail {
 
-int quant_offset(QuantType type) {
-  constexpr int kOffsets[] = {128, 8, 16, 0, 0, 0, 32};
-  return kOffsets[static_cast<int>(type)];
-}
-
-bool quant_has_min(QuantType type) {
-  return type == QuantType::kQ5_1 || type == QuantType::kQ4_K || type == QuantType::kQ5_K;
-}
-
-int quant_bits(QuantType type) {
-  constexpr int kBits[] = {8, 4, 5, 5, 4, 5, 6};
-  return kBits[static_cast<int>(type)];
-}
-
 void decode_block(QuantType type, const std::byte* src, DecodedBlock& out) {
   out = DecodedBlock{};
   switch (type) {
@@ -266,7 +252,7 @@ void dequantize_decoded(QuantType type, const DecodedBlock& block, float* dst) {
     case QuantType::kQ8_0:
     case QuantType::kQ4_0:
     case QuantType::kQ5_0: {  // ggml: q * d, q the signed quant
-      const int offset = quant_offset(type);
+      const int offset = offset_of(type);
       for (int i = 0; i < 32; ++i) dst[i] = static_cast<float>(block.u[i] - offset) * d;
       return;
     }

@@ -35,7 +35,7 @@ namespace pagedserve::kernels::detail {
 constexpr int kTileCols = 16;
 
 // One block of any type in a neutral form: f16 scale bits, unpacked sub-block scales and the
-// unsigned quants (u - quant_offset(type) is ggml's signed quant where there is one).
+// unsigned quants (u - offset_of(type) is ggml's signed quant where there is one).
 struct DecodedBlock {
   uint16_t d = 0;      // f16 bits of d
   uint16_t m = 0;      // f16 bits of m (Q5_1) or dmin (Q4_K, Q5_K)
@@ -44,20 +44,18 @@ struct DecodedBlock {
   uint8_t u[256] = {};
 };
 
-int quant_offset(QuantType type);    // 128, 8, 16, 0, 0, 0, 32
-bool quant_has_min(QuantType type);  // Q5_1, Q4_K, Q5_K
-int quant_bits(QuantType type);      // 8, 4, 5, 5, 4, 5, 6
 // ggml block bytes <-> DecodedBlock (unaligned input is fine).
 void decode_block(QuantType type, const std::byte* src, DecodedBlock& out);
 void encode_block(QuantType type, const DecodedBlock& in, std::byte* dst);
 // The block's values, with exactly ggml's float operations.
 void dequantize_decoded(QuantType type, const DecodedBlock& block, float* dst);
 
-// ---- Tile layout ----------------------------------------------------------------------------
-// Per-type constants of the tile layout, usable at compile time (the SIMD kernels are templates
-// on the type): K type (256-value blocks with sub-block scales), a minimum per block, bits per
-// quant, the offset that makes quants unsigned, and a 32-value chunk's bytes (high bits, then
-// low nibbles or bytes).
+// ---- Per-type constants --------------------------------------------------------------------
+// Usable at compile time (the SIMD kernels are templates on the type): K type (256-value blocks
+// with sub-block scales), a minimum per block, bits per quant, the offset that makes quants
+// unsigned (128, 8, 16, 0, 0, 0, 32), and, for the tile layout below, a block's bytes of f16
+// scales in region A and a 32-value chunk's bytes in region B (high bits, then low nibbles or
+// bytes).
 constexpr bool is_k(QuantType t) {
   return t == QuantType::kQ4_K || t == QuantType::kQ5_K || t == QuantType::kQ6_K;
 }
@@ -78,8 +76,13 @@ constexpr int bits_of(QuantType t) {
   }
 }
 constexpr int offset_of(QuantType t) {
-  return t == QuantType::kQ8_0 ? 128 : t == QuantType::kQ4_0 ? 8 : t == QuantType::kQ5_0 ? 16 : 0;
+  return t == QuantType::kQ8_0   ? 128
+         : t == QuantType::kQ4_0 ? 8
+         : t == QuantType::kQ5_0 ? 16
+         : t == QuantType::kQ6_K ? 32
+                                 : 0;
 }
+constexpr int tile_scale_bytes(QuantType t) { return has_min(t) ? 64 : 32; }
 constexpr int high_bytes(QuantType t) { return bits_of(t) == 5 ? 64 : bits_of(t) == 6 ? 128 : 0; }
 constexpr int chunk_bytes(QuantType t) { return high_bytes(t) + (bits_of(t) == 8 ? 512 : 256); }
 // A block's bytes in region B (TileLayout::block_bytes): a K block's 256 bytes of sub-block
@@ -87,6 +90,8 @@ constexpr int chunk_bytes(QuantType t) { return high_bytes(t) + (bits_of(t) == 8
 constexpr size_t tile_block_bytes(QuantType t) {
   return is_k(t) ? 256 + 8 * static_cast<size_t>(chunk_bytes(t)) : chunk_bytes(t);
 }
+
+// ---- Tile layout ----------------------------------------------------------------------------
 
 struct TileLayout {
   int blocks = 0;          // nb = k / block elements

@@ -36,13 +36,11 @@ constexpr size_t kAlignment = 64;  // as AlignedFree frees it (packed_matmul.cpp
 
 size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
-size_t scale_bytes_per_block(QuantType type) { return has_min(type) ? 64 : 32; }
-
 // Byte of vector g (of a 32-value chunk) that holds u[column col][4g + i].
 size_t vector_byte(int g, int col, int i) { return static_cast<size_t>(g * 64 + col * 4 + i); }
 
 void pack_chunk(QuantType type, const uint8_t* u, int col, std::byte* p) {
-  const int bits = quant_bits(type);
+  const int bits = bits_of(type);
   for (int i = 0; i < 4; ++i) {
     if (bits == 5) {
       unsigned hi = 0;
@@ -71,7 +69,7 @@ void pack_chunk(QuantType type, const uint8_t* u, int col, std::byte* p) {
 }
 
 void unpack_chunk(QuantType type, const std::byte* p, int col, uint8_t* u) {
-  const int bits = quant_bits(type);
+  const int bits = bits_of(type);
   const std::byte* low = p + high_bytes(type);
   for (int i = 0; i < 4; ++i) {
     for (int g = 0; g < 8; ++g) {
@@ -98,7 +96,7 @@ TileLayout tile_layout(QuantType type, int k) {
   TileLayout layout;
   const int elements = quant_block_elements(type);
   layout.blocks = k / elements;
-  layout.scale_bytes = round_up(layout.blocks * scale_bytes_per_block(type), kAlignment);
+  layout.scale_bytes = round_up(layout.blocks * tile_scale_bytes(type), kAlignment);
   layout.block_bytes = tile_block_bytes(type);
   layout.tile_bytes = layout.scale_bytes + layout.blocks * layout.block_bytes;
   return layout;
@@ -106,9 +104,9 @@ TileLayout tile_layout(QuantType type, int k) {
 
 void pack_tile_block(QuantType type, const TileLayout& layout, const DecodedBlock& block, int b,
                      int col, std::byte* tile) {
-  std::byte* scales = tile + b * scale_bytes_per_block(type);
+  std::byte* scales = tile + b * tile_scale_bytes(type);
   std::memcpy(scales + 2 * col, &block.d, 2);
-  if (quant_has_min(type)) std::memcpy(scales + 32 + 2 * col, &block.m, 2);
+  if (has_min(type)) std::memcpy(scales + 32 + 2 * col, &block.m, 2);
   std::byte* p = tile + layout.scale_bytes + b * layout.block_bytes;
   if (is_k(type)) {
     const bool q6 = type == QuantType::kQ6_K;
@@ -126,9 +124,9 @@ void pack_tile_block(QuantType type, const TileLayout& layout, const DecodedBloc
 void unpack_tile_block(QuantType type, const TileLayout& layout, const std::byte* tile, int b,
                        int col, DecodedBlock& out) {
   out = DecodedBlock{};
-  const std::byte* scales = tile + b * scale_bytes_per_block(type);
+  const std::byte* scales = tile + b * tile_scale_bytes(type);
   std::memcpy(&out.d, scales + 2 * col, 2);
-  if (quant_has_min(type)) std::memcpy(&out.m, scales + 32 + 2 * col, 2);
+  if (has_min(type)) std::memcpy(&out.m, scales + 32 + 2 * col, 2);
   const std::byte* p = tile + layout.scale_bytes + b * layout.block_bytes;
   if (is_k(type)) {
     const bool q6 = type == QuantType::kQ6_K;
@@ -205,7 +203,7 @@ float block_update(QuantType type, const DecodedBlock& w, float wd, float wm, co
     case QuantType::kQ8_0:
     case QuantType::kQ4_0:
     case QuantType::kQ5_0: {
-      const int32_t i = dot(w.u, a, 32) - quant_offset(type) * (s16[0] + s16[1]);
+      const int32_t i = dot(w.u, a, 32) - offset_of(type) * (s16[0] + s16[1]);
       return std::fma(wd * ad, static_cast<float>(i), acc);
     }
     case QuantType::kQ5_1:

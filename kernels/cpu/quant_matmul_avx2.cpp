@@ -187,7 +187,7 @@ PS_TARGET_AVX2 void tile_rows(const QuantizedActs& x, const TileLayout& layout,
                               const std::byte* tile, int r0, float* out, int ldo, int cols,
                               bool prefetch) {
   constexpr int kElements = is_k(T) ? 256 : 32;
-  constexpr int kScaleBytes = has_min(T) ? 64 : 32;
+  constexpr int kScaleBytes = tile_scale_bytes(T);
   const int nb = layout.blocks;
   const size_t ldq = static_cast<size_t>(x.k);
   const size_t lds = static_cast<size_t>(x.k / 16);

@@ -37,8 +37,8 @@ int round_clamp(float v, int lo, int hi) {
 // extreme maps to the most negative quant, as ggml does) and d = amax / (offset - 1); keeps
 // the one with the smaller squared error.
 void quantize_symmetric(QuantType type, const float* x, DecodedBlock& out) {
-  const int offset = detail::quant_offset(type);
-  const int qmax = (1 << detail::quant_bits(type)) - 1 - offset;
+  const int offset = detail::offset_of(type);
+  const int qmax = (1 << detail::bits_of(type)) - 1 - offset;
   float amax = 0.0f;
   float max = 0.0f;
   for (int i = 0; i < 32; ++i) {
@@ -165,7 +165,7 @@ void fit_sub_block_affine(const float* x, int qmax, float& scale, float& min) {
 // Q4_K / Q5_K: per-sub-block scales and minima, then 6-bit codes against d = max scale / 63
 // and dmin = max min / 63, then the quants against the stored scales.
 void quantize_k_affine(QuantType type, const float* x, DecodedBlock& out) {
-  const int qmax = (1 << detail::quant_bits(type)) - 1;
+  const int qmax = (1 << detail::bits_of(type)) - 1;
   float scales[8];
   float mins[8];
   for (int j = 0; j < 8; ++j) fit_sub_block_affine(x + 32 * j, qmax, scales[j], mins[j]);

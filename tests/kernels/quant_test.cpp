@@ -235,7 +235,7 @@ TEST(QuantFormatTest, QuantizeRoundTripWithinFormatBounds) {
 TEST(QuantFormatTest, RepresentableValuesRoundTripExactly) {
   std::mt19937 rng(5);
   for (QuantType type : {QuantType::kQ8_0, QuantType::kQ4_0, QuantType::kQ5_0}) {
-    const int offset = type == QuantType::kQ8_0 ? 127 : detail::quant_offset(type);
+    const int offset = type == QuantType::kQ8_0 ? 127 : detail::offset_of(type);
     const int top = type == QuantType::kQ8_0 ? 127 : offset - 1;
     std::vector<float> x(64);
     for (int i = 0; i < 64; ++i) {
