@@ -31,6 +31,10 @@ CpuExecutor::CpuExecutor(const model::LlamaCheckpoint& checkpoint, int block_siz
       cpu_cache_(model_.config().num_hidden_layers, num_cpu_blocks, block_size,
                  model_.config().num_key_value_heads, model_.config().head_dim, kv_dtype) {}
 
+void CpuExecutor::attach_ngram_proposer(int ngram_min, int ngram_max) {
+  ngram_ = std::make_unique<NgramProposer>(ngram_min, ngram_max);
+}
+
 void CpuExecutor::attach_draft_model(const model::LlamaCheckpoint& draft) {
   if (draft.config.vocab_size != model_.config().vocab_size) {
     throw std::invalid_argument("the draft model's vocabulary has " +
@@ -65,19 +69,21 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
   if (input.seqs.empty()) return output;
 
   start = Clock::now();
-  // Draft-model proposals are filled in a copy of the rows; the draft's passes count as
-  // forward time.
-  std::vector<ScheduledSequence> drafted;
-  if (has_draft_proposals(input.seqs)) {
-    if (!draft_) {
+  // Proposal slots are filled in a copy of the rows, by the draft model (its passes count as
+  // forward time) or the n-gram lookup.
+  std::vector<ScheduledSequence> proposed;
+  if (has_proposal_slots(input.seqs)) {
+    proposed = input.seqs;
+    if (draft_) {
+      draft_->propose(proposed);
+    } else if (ngram_) {
+      fill_ngram_proposals(*ngram_, proposed);
+    } else {
       throw std::invalid_argument(
-          "the step has draft-model proposal slots but the executor "
-          "has no draft model");
+          "the step has proposal slots but the executor has no draft model or n-gram proposer");
     }
-    drafted = input.seqs;
-    draft_->propose(drafted);
   }
-  const std::vector<ScheduledSequence>& seqs = drafted.empty() ? input.seqs : drafted;
+  const std::vector<ScheduledSequence>& seqs = proposed.empty() ? input.seqs : proposed;
   model::ForwardBatch batch;
   for (const ScheduledSequence& seq : seqs) {
     batch.add_sequence(seq.new_token_ids, seq.num_computed_tokens, seq.block_table,
@@ -92,12 +98,12 @@ StepOutput CpuExecutor::execute(const StepInput& input) {
   sample_step_rows(seqs, logits, static_cast<size_t>(model_.config().vocab_size), pool_.get(),
                    output.seqs, &grammars_, input.step_id, workspace_.logit_chunk_maxima());
   output.times.sampling_s = seconds_since(start);
-  // The scheduler learns the draft's proposals from here (it planned placeholders).
-  for (size_t i = 0; i < drafted.size(); ++i) {
-    if (!has_draft_proposals(input.seqs[i])) continue;
+  // The scheduler learns the proposals from here (it planned slots).
+  for (size_t i = 0; i < proposed.size(); ++i) {
+    if (!has_proposal_slots(input.seqs[i])) continue;
     output.seqs[i].proposed_token_ids.assign(
-        drafted[i].new_token_ids.end() - drafted[i].num_proposed_tokens,
-        drafted[i].new_token_ids.end());
+        proposed[i].new_token_ids.end() - proposed[i].num_proposed_tokens,
+        proposed[i].new_token_ids.end());
   }
   return output;
 }

@@ -8,6 +8,7 @@
 #include "actors/draft_proposer.h"
 #include "actors/executor.h"
 #include "actors/grammar_rows.h"
+#include "actors/ngram_proposer.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/llama_model.h"
 #include "model/paged_kv_cache.h"
@@ -32,6 +33,9 @@ class CpuExecutor final : public Executor {
   // target, sharing the kernel threads, with twin KV pools of the target's block counts.
   // Throws std::invalid_argument when its vocabulary is not the target's.
   void attach_draft_model(const model::LlamaCheckpoint& draft);
+  // Speculative decoding with n-gram proposals: the rows' proposal slots are filled by this
+  // lookup in each row's proposal_context (actors/ngram_proposer.h).
+  void attach_ngram_proposer(int ngram_min, int ngram_max);
 
   StepOutput execute(const StepInput& input) override;
   const model::ModelConfig& model_config() const override { return model_.config(); }
@@ -47,6 +51,7 @@ class CpuExecutor final : public Executor {
   model::LlamaModel::Workspace workspace_;  // reused every step
   GrammarRowStates grammars_;               // matchers of constrained sequences, across steps
   std::unique_ptr<DraftProposer> draft_;    // null unless attach_draft_model
+  std::unique_ptr<NgramProposer> ngram_;    // null unless attach_ngram_proposer
 };
 
 }  // namespace pagedserve::actors

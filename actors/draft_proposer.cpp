@@ -45,16 +45,6 @@ int32_t propose_one(ScheduledSequence& seq, int k, std::span<const float> row,
 
 }  // namespace
 
-bool has_draft_proposals(const ScheduledSequence& seq) {
-  return seq.num_proposed_tokens > 0 && !seq.new_token_ids.empty() &&
-         seq.new_token_ids.back() == kDraftProposalToken;
-}
-
-bool has_draft_proposals(const std::vector<ScheduledSequence>& seqs) {
-  return std::any_of(seqs.begin(), seqs.end(),
-                     [](const ScheduledSequence& seq) { return has_draft_proposals(seq); });
-}
-
 DraftProposer::DraftProposer(const model::LlamaCheckpoint& checkpoint, int block_size,
                              int num_device_blocks, int num_cpu_blocks, kernels::ThreadPool* pool,
                              kernels::KvDtype kv_dtype)
@@ -71,7 +61,7 @@ void DraftProposer::copy_blocks(const StepInput& input) {
 bool DraftProposer::propose(std::vector<ScheduledSequence>& seqs) {
   std::vector<size_t> rows;
   for (size_t i = 0; i < seqs.size(); ++i) {
-    if (!has_draft_proposals(seqs[i])) continue;
+    if (!has_proposal_slots(seqs[i])) continue;
     const ScheduledSequence& seq = seqs[i];
     const size_t first_proposal = seq.new_token_ids.size() - seq.num_proposed_tokens;
     if (first_proposal != 1 || seq.draft_num_computed_tokens < 0 ||

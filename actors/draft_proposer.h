@@ -41,7 +41,7 @@ class DraftProposer {
   // The step's swap-outs, swap-ins and copy-on-write copies, in StepInput's order.
   void copy_blocks(const StepInput& input);
 
-  // Fills the kDraftProposalToken slots of every row that has them (the last
+  // Fills the kProposalSlotToken slots of every row that has them (the last
   // num_proposed_tokens of new_token_ids) with the draft's proposals (and draft_probs for
   // sampled rows), writing the draft's K/V of draft_context_ids, the row's last token and all
   // proposals but the last. Returns whether any row had them.
@@ -55,9 +55,5 @@ class DraftProposer {
   std::vector<float> scratch_;              // a row with its banned tokens removed
   std::vector<float> q_;                    // a row's distribution
 };
-
-// True when the row (or some row of `seqs`) has draft-model proposal slots to fill.
-bool has_draft_proposals(const ScheduledSequence& seq);
-bool has_draft_proposals(const std::vector<ScheduledSequence>& seqs);
 
 }  // namespace pagedserve::actors

@@ -283,6 +283,8 @@ EngineSetup set_up_engine(const EngineConfig& config_in) {
         throw std::invalid_argument("--draft-model " + config.speculative.draft_model + ": " +
                                     e.what());
       }
+    } else if (config.speculative.method == SpeculativeMethod::kNgram) {
+      executor->attach_ngram_proposer(config.speculative.ngram_min, config.speculative.ngram_max);
     }
     setup.executor = std::move(executor);
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace pagedserve::actors {
 
@@ -74,6 +75,27 @@ std::vector<int32_t> NgramProposer::propose(std::span<const int32_t> tokens, int
     }
   }
   return {};
+}
+
+bool fill_ngram_proposals(const NgramProposer& proposer, std::vector<ScheduledSequence>& seqs) {
+  bool any = false;
+  for (ScheduledSequence& seq : seqs) {
+    if (!has_proposal_slots(seq)) continue;
+    any = true;
+    if (seq.proposal_context.empty() ||
+        std::find(seq.proposal_context.begin(), seq.proposal_context.end(), kPlaceholderToken) !=
+            seq.proposal_context.end()) {
+      throw std::invalid_argument("sequence " + std::to_string(seq.seq_id) +
+                                  " has n-gram proposal slots but no known context to look in");
+    }
+    const std::vector<int32_t> found =
+        proposer.propose(seq.proposal_context, seq.num_proposed_tokens);
+    seq.new_token_ids.resize(seq.new_token_ids.size() -
+                             static_cast<size_t>(seq.num_proposed_tokens));
+    seq.new_token_ids.insert(seq.new_token_ids.end(), found.begin(), found.end());
+    seq.num_proposed_tokens = static_cast<int>(found.size());
+  }
+  return any;
 }
 
 }  // namespace pagedserve::actors

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "actors/step_messages.h"
+
 namespace pagedserve::actors {
 
 // kNgram: prompt lookup (NgramProposer, in the scheduler). kDraft: a small model with the
@@ -81,5 +83,11 @@ class NgramProposer {
   int ngram_min_;
   int ngram_max_;
 };
+
+// The executor's half of n-gram speculation: the scheduler plans proposal slots
+// (kProposalSlotToken) and the executor, which knows every token by then (even those of a step
+// planned past), fills them with the lookup in the row's proposal_context. A row shrinks to the
+// proposals found (a plain decode when none are). Returns whether any row had slots.
+bool fill_ngram_proposals(const NgramProposer& proposer, std::vector<ScheduledSequence>& seqs);
 
 }  // namespace pagedserve::actors

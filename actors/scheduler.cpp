@@ -59,14 +59,6 @@ int blocks_for(int num_tokens, int block_size) {
   return (num_tokens + block_size - 1) / block_size;
 }
 
-// group.tokens(seq)[i] without building the whole list (a decode needs one token).
-int32_t token_at(const SequenceGroup& group, const Sequence& seq, int i) {
-  const int prompt_len = static_cast<int>(group.prompt_token_ids.size());
-  if (i < prompt_len) return group.prompt_token_ids[i];
-  const size_t out = static_cast<size_t>(i - prompt_len);
-  return out < seq.output_token_ids.size() ? seq.output_token_ids[out] : kPlaceholderToken;
-}
-
 }  // namespace
 
 const char* preemption_mode_name(PreemptionMode mode) {
@@ -76,8 +68,7 @@ const char* preemption_mode_name(PreemptionMode mode) {
 Scheduler::Scheduler(const SchedulerConfig& config, const cache::BlockManagerConfig& blocks)
     : config_(config),
       release_window_blocks_(blocks.sliding_window > 0 &&
-                             config.kv_allocator == cache::KvAllocatorKind::kPaged),
-      proposer_(config.speculative.ngram_min, config.speculative.ngram_max) {
+                             config.kv_allocator == cache::KvAllocatorKind::kPaged) {
   if (config_.max_num_batched_tokens < 1 || config_.max_num_seqs < 1) {
     throw std::invalid_argument("Scheduler: max_num_batched_tokens and max_num_seqs must be >= 1");
   }
@@ -142,7 +133,7 @@ void Scheduler::apply_result(const cache::KvMemoryResult& result) {
 }
 
 bool Scheduler::needs_prefix_probe(const Sequence& seq, uint64_t step_id) const {
-  if (seq.finished() || seq.num_pending_samples > 0 || kv_->has_sequence(seq.seq_id)) {
+  if (seq.finished() || !seq.pending_rows.empty() || kv_->has_sequence(seq.seq_id)) {
     return false;  // its tokens are not all known, or it holds blocks already
   }
   return seq.prefix_hint_tokens < 0 || step_id >= seq.prefix_hint_step + kPrefixHintMaxAge;
@@ -299,9 +290,11 @@ int Scheduler::num_decode_seqs(SequenceGroup& group) {
 }
 
 bool Scheduler::ends_with_pending_sample(const SequenceGroup& group, const Sequence& seq) const {
-  if (seq.num_pending_samples == 0) return false;
-  const int num_out = static_cast<int>(seq.output_token_ids.size()) + seq.num_pending_samples;
-  return num_out >= group.sampling.max_tokens || group.num_tokens(seq) >= config_.max_model_len;
+  if (seq.pending_rows.empty()) return false;
+  // Each pending row draws at least one token (its proposals may all be rejected).
+  const int num_out = static_cast<int>(seq.output_token_ids.size()) + seq.num_pending_samples();
+  const int num_tokens = static_cast<int>(group.prompt_token_ids.size()) + num_out;
+  return num_out >= group.sampling.max_tokens || num_tokens >= config_.max_model_len;
 }
 
 bool Scheduler::is_in_flight(uint64_t seq_id) const {
@@ -328,10 +321,12 @@ void Scheduler::register_in_flight(const StepInput& step) {
       entry.next_can_be_planned = false;
     }
   }
-  // Proposals for the next step need this one's tokens, and a sequence's speculative slots
-  // must be settled before its next append (see "Speculative decoding").
+  // A draft's proposals for the next step, and a grammar row's, need this step's tokens (see
+  // "Speculative decoding"); n-gram proposals are planned past a verifying step.
   for (const ScheduledSequence& scheduled : step.seqs) {
-    if (scheduled.num_proposed_tokens > 0) entry.next_can_be_planned = false;
+    if (scheduled.num_proposed_tokens > 0 && !proposes_ahead(groups_.at(scheduled.request_id))) {
+      entry.next_can_be_planned = false;
+    }
   }
   if (speculating_) entry.next_can_be_planned = false;
   in_flight_.push_back(std::move(entry));
@@ -586,7 +581,13 @@ void Scheduler::preempt(SequenceGroup& group) {
   }
   // Swap falls back to recompute when the CPU pool cannot take the group, as vLLM does.
   // Allocators without swap space (num_free_cpu_blocks() == 0) always recompute.
-  const bool swap = config_.preemption_mode == PreemptionMode::kSwap &&
+  // So does a group with speculative slots not settled yet (a step in flight verifies them,
+  // and a swapped-out table could not be truncated).
+  bool unsettled = false;
+  for (Sequence* seq : group.live()) {
+    for (const PendingRow& row : seq->pending_rows) unsettled |= row.num_speculative_slots() > 0;
+  }
+  const bool swap = config_.preemption_mode == PreemptionMode::kSwap && !unsettled &&
                     kv_->num_free_cpu_blocks() > 0 &&
                     static_cast<int>(device_blocks.size()) <= kv_->num_free_cpu_blocks();
   for (Sequence* seq : group.live()) {
@@ -628,7 +629,7 @@ void Scheduler::emit_plan(const std::vector<PlannedGroup>& plans) {
       const Sequence& seq = *group.find(planned.seq_id);
       if (planned.allocate) {
         std::vector<int32_t> tokens = group.tokens(seq);
-        if (seq.num_pending_samples > 0) {
+        if (!seq.pending_rows.empty()) {
           throw std::logic_error("Scheduler: allocating sequence " + std::to_string(seq.seq_id) +
                                  " before its pending sample is known");
         }
@@ -648,14 +649,24 @@ void Scheduler::emit_plan(const std::vector<PlannedGroup>& plans) {
       }
       const int start = seq.num_computed_tokens;
       // Every slot before `start` is computed (or computing in a step in flight), so the next
-      // slot is this step's earliest query: blocks wholly before its window are dead.
-      if (release_window_blocks_) emit(cache::KvMemoryOp::release_before_window(seq.seq_id));
+      // slot is this step's earliest query: blocks wholly before its window are dead. Not
+      // while a step in flight verifies proposals: `start` assumes them all accepted, and the
+      // query moves back over the rejected ones.
+      if (release_window_blocks_ && !has_unverified_proposals(seq)) {
+        emit(cache::KvMemoryOp::release_before_window(seq.seq_id));
+      }
       const int num_known = start + planned.num_tokens - planned.num_proposed;
       for (int i = start; i < num_known; ++i) {
-        // The token the step in flight samples: its block is hashed when update() knows it.
-        const int32_t token = token_at(group, seq, i);
-        emit(token == kPlaceholderToken ? cache::KvMemoryOp::append_pending(seq.seq_id)
-                                        : cache::KvMemoryOp::append(seq.seq_id, token));
+        // The token the step in flight samples: its block is hashed when update() knows it,
+        // or, next to speculative slots, when this step's verification settles it.
+        const int32_t token = group.token_at(seq, i);
+        if (token != kPlaceholderToken) {
+          emit(cache::KvMemoryOp::append(seq.seq_id, token));
+        } else if (first_slot_speculative(seq, planned)) {
+          emit(cache::KvMemoryOp::append_speculative(seq.seq_id, kPlaceholderToken));
+        } else {
+          emit(cache::KvMemoryOp::append_pending(seq.seq_id));
+        }
       }
       // Proposals: hashed only once update() has accepted them.
       for (int i = num_known; i < start + planned.num_tokens; ++i) {
@@ -689,12 +700,15 @@ ScheduledSequence Scheduler::complete_seq(SequenceGroup& group, Sequence& seq,
       scheduled.new_token_ids.push_back(planned_token(group, seq, i));
     }
     scheduled.num_proposed_tokens = planned.num_proposed;
-    if (planned.num_proposed > 0 && seq.proposal.front() == kDraftProposalToken) {
+    if (planned.num_proposed > 0 && config_.speculative.method == SpeculativeMethod::kNgram) {
+      scheduled.proposal_context = group.tokens(seq);  // through the last token
+    }
+    if (planned.num_proposed > 0 && config_.speculative.method == SpeculativeMethod::kDraft) {
       // What the draft model has not seen yet, before the last token (catching up after a
       // prompt, a recompute, steps without proposals, or a step that accepted everything).
       scheduled.draft_num_computed_tokens = std::min(seq.draft_num_computed_tokens, start);
       for (int i = scheduled.draft_num_computed_tokens; i < start; ++i) {
-        scheduled.draft_context_ids.push_back(token_at(group, seq, i));
+        scheduled.draft_context_ids.push_back(group.token_at(seq, i));
       }
     }
   }
@@ -706,15 +720,21 @@ ScheduledSequence Scheduler::complete_seq(SequenceGroup& group, Sequence& seq,
   if (!scheduled.sample) return scheduled;
 
   scheduled.sampling = group.shared_sampling;
-  const int num_out = static_cast<int>(seq.output_token_ids.size()) + seq.num_pending_samples;
-  scheduled.sample_step = static_cast<uint64_t>(num_out);
+  // Tokens drawn before this row: a pending row's proposals are assumed accepted, and the
+  // executor takes back the ones it rejected (num_tentative_tokens).
+  const int prompt_len = static_cast<int>(group.prompt_token_ids.size());
+  scheduled.sample_step = static_cast<uint64_t>(total - prompt_len);
+  if (!seq.pending_rows.empty())
+    scheduled.num_tentative_tokens = seq.pending_rows.back().num_proposals;
   if (group.sampling.has_penalties() || group.sampling.grammar) {
     if (group.sampling.repetition_penalty != 1.0f)
       scheduled.penalty_prompt_ids = group.prompt_token_ids;
-    scheduled.penalty_output_ids = seq.output_token_ids;
-    scheduled.penalty_output_ids.insert(scheduled.penalty_output_ids.end(), seq.num_pending_samples,
-                                        kPlaceholderToken);
+    const std::vector<int32_t> tokens = group.tokens(seq);
+    scheduled.penalty_output_ids.assign(tokens.begin() + prompt_len, tokens.end());
   }
+  // The fewest tokens drawn before this row (min_tokens never lets a row with a pending
+  // verification get here: proposals wait for min_tokens).
+  const int num_out = static_cast<int>(seq.output_token_ids.size()) + seq.num_pending_samples();
   // Until min_tokens exist, the tokens that would end the sequence cannot be drawn (vLLM's
   // min-tokens logits processor), rather than being drawn and then ignored.
   if (num_out < group.sampling.min_tokens) {
@@ -810,13 +830,15 @@ StepInput Scheduler::finish_step(cache::KvMemoryResult result) {
       step.seqs.push_back(complete_seq(
           group, *seq, planned_seq, allocation == allocations.end() ? nullptr : allocation->second,
           *state->second));
-      // The step's tokens count as computed from now on, and its sample as pending, so that
-      // the next step can be planned before this one's update(). Proposals count once
-      // update() has accepted them.
+      // The step's tokens count as computed from now on, proposals included (update() takes
+      // the rejected ones back), and its row as pending, so that the next step can be planned
+      // before this one's update().
       const ScheduledSequence& scheduled = step.seqs.back();
-      seq->num_computed_tokens +=
-          static_cast<int>(scheduled.new_token_ids.size()) - scheduled.num_proposed_tokens;
-      if (scheduled.sample) ++seq->num_pending_samples;
+      if (scheduled.sample) seq->pending_rows.push_back(pending_row(*seq, planned_seq, scheduled));
+      if (scheduled.num_proposed_tokens > 0 && seq->pending_rows.size() > 1) {
+        ++stats_.num_spec_rows_planned_ahead;
+      }
+      seq->num_computed_tokens += static_cast<int>(scheduled.new_token_ids.size());
     }
   }
   if (!step.seqs.empty()) {

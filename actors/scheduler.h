@@ -36,15 +36,19 @@
 // then waits for that step, as a synchronous loop does.
 //
 // Speculative decoding (config.speculative): when planning, each running sequence that decodes
-// may get up to K proposals (NgramProposer's, or placeholders a draft model in the executor
-// fills) appended after its last token as speculative slots
-// (BlockManager::append_speculative_token); the executor verifies them in the same forward pass
-// (a grammar-constrained row under its grammar's mask at each position) and update() appends
-// the accepted draws one by one, with the usual stop checks, then settles the slots (accepted
-// kept, the rest truncated). A step that may carry proposals is never followed by one planned
-// ahead: proposals need every token known. The policy: none while more than
-// speculative.max_batch() sequences run; none for beam search, a prompt's first draw, a
-// pending sample, or before min_tokens.
+// may get up to K proposal slots (kProposalSlotToken) after its last token, reserved as
+// speculative slots (BlockManager::append_speculative_token). The executor fills them (the
+// n-gram lookup on the tokens it knows, or a draft model), verifies them in the same forward
+// pass (a grammar-constrained row under its grammar's mask at each position), and update()
+// appends the accepted draws one by one, with the usual stop checks, then settles the slots
+// (accepted kept, the rest truncated). n-gram slots are planned past a verifying step in
+// flight too (overlap): the next row assumes every slot accepted (PendingRow), its own slots
+// come after, the settle of the step before moves them down over the rejected ones
+// (settle_speculative's num_later), and the executor moves the row back to match
+// (SampledTokenCarry). A draft's proposals and a grammar row's need the draft's or the
+// matcher's state after every token: a step with those is not followed by one planned ahead.
+// The policy: none while more than speculative.max_batch() sequences run; none for beam
+// search, a prompt's first draw, or before min_tokens.
 #pragma once
 
 #include <cstdint>
@@ -180,6 +184,9 @@ struct SchedulerStats {
   int64_t num_spec_rows = 0;
   int64_t num_spec_proposed_tokens = 0;
   int64_t num_spec_accepted_tokens = 0;
+  // Rows planned with proposal slots while the step before them ran (n-gram proposals, which
+  // the executor then looks up on the tokens that step drew).
+  int64_t num_spec_rows_planned_ahead = 0;
 };
 
 class Scheduler {
@@ -279,6 +286,17 @@ class Scheduler {
   // The tokens the step computes for a held sequence: position i of its tokens, or past the
   // end, its proposal.
   int32_t planned_token(const SequenceGroup& group, const Sequence& seq, int i) const;
+  // Whether the group's proposals may be planned while the step before runs: n-gram ones
+  // without a grammar (a draft's need the tokens in the executor's draft; a grammar row's
+  // mask needs them too).
+  bool proposes_ahead(const SequenceGroup& group) const;
+  // Some step in flight verifies proposals of `seq`: its positions are not known yet.
+  static bool has_unverified_proposals(const Sequence& seq);
+  // The planned row's first slot (the draw of the step in flight) is reserved speculative:
+  // next to a step in flight's speculative slots, or before this row's own proposals.
+  static bool first_slot_speculative(const Sequence& seq, const PlannedSeq& planned);
+  PendingRow pending_row(const Sequence& seq, const PlannedSeq& planned,
+                         const ScheduledSequence& scheduled) const;
   bool plan_running(std::vector<PlannedGroup>& plan, Budget& budget);
   void resume_swapped(std::vector<PlannedGroup>& plan, Budget& budget);
   void admit_waiting(std::vector<PlannedGroup>& plan, Budget& budget);
@@ -323,15 +341,22 @@ class Scheduler {
 
   // ---- update (scheduler_update.cpp) ----
   RequestUpdate sample_step(SequenceGroup& group, const StepInput& input, const StepOutput& output,
-                            const std::vector<size_t>& rows);
+                            const std::vector<size_t>& rows,
+                            const std::vector<PendingRow>& applied);
   RequestUpdate beam_step(SequenceGroup& group, const StepInput& input, const StepOutput& output,
                           const std::vector<size_t>& rows);
   void append_sample(SequenceGroup& group, Sequence& seq, const model::TokenLogprob& sample,
                      RequestUpdate& update, bool grammar_ended = false);
-  // A row that verified proposals: appends its draws in order (each checked for a stop as a
-  // single sample is) and settles the speculative slots (scheduler_spec.cpp).
-  void accept_verified(SequenceGroup& group, Sequence& seq, const ScheduledSequence& scheduled,
-                       const SequenceStepOutput& output, RequestUpdate& update);
+  // A decoding row of a forked group: appends its draws in order (each checked for a stop as a
+  // single sample is), settles its speculative slots (accepted kept, rejected truncated), and
+  // drops the proposals of the row planned after it when they followed another draw
+  // (scheduler_spec.cpp).
+  void apply_decode_row(SequenceGroup& group, Sequence& seq, const ScheduledSequence& scheduled,
+                        const SequenceStepOutput& output, const PendingRow& row,
+                        RequestUpdate& update);
+  // Of a row's draws, how many proposals it accepted (throws for draws that contradict them).
+  int count_accepted(const Sequence& seq, const SequenceStepOutput& output,
+                     const std::vector<int32_t>& proposals) const;
   FinishReason check_stop(const SequenceGroup& group, const Sequence& seq) const;
   bool is_eos(int32_t token) const;
   double beam_score_of(const SequenceGroup& group, const Sequence& seq) const;
@@ -360,9 +385,8 @@ class Scheduler {
   // nothing (one applier for the scheduler's life, not one per op).
   std::unique_ptr<cache::KvMemoryApplier> view_;
   cache::KvMemoryOps ops_;  // decided, not handed out yet (kMirrored, kRemote)
-  NgramProposer proposer_;
-  // The step being planned may carry proposals (the policy allowed it): the next step is then
-  // planned only after its update (no overlap), so that every sequence's tokens are known.
+  // The next step may carry proposals that need every token known (a draft's, a grammar
+  // row's): it is then planned only after this one's update (no overlap).
   bool speculating_ = false;
   cache::KvMemorySnapshot memory_;
   struct PlannedStep {

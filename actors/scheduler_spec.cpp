@@ -12,8 +12,10 @@ namespace pagedserve::actors {
 bool Scheduler::may_speculate(const SequenceGroup& group, const Sequence& seq) const {
   const model::SamplingParams& params = group.sampling;
   if (seq.finished() || !group.forked || group.is_beam_search()) return false;
-  // Proposals follow the sequence's last token, which must be known and the only one left.
-  if (seq.num_pending_samples > 0 || !kv_->has_sequence(seq.seq_id)) return false;
+  if (!kv_->has_sequence(seq.seq_id)) return false;
+  // Proposals follow the sequence's last token. n-gram ones may follow one a step in flight
+  // still draws (they predict it too); the others need it known.
+  if (!seq.pending_rows.empty() && !proposes_ahead(group)) return false;
   if (group.num_tokens(seq) - seq.num_computed_tokens != 1) return false;
   // Before min_tokens the banned ids depend on the position; not worth the complexity.
   return static_cast<int>(seq.output_token_ids.size()) >= params.min_tokens;
@@ -66,29 +68,33 @@ void Scheduler::propose_tokens() {
         // The step after this one is planned ahead (while this one runs) only when no sequence
         // would propose in it, as a step planned ahead cannot know the tokens proposals follow:
         // held sequences give overlap scheduling back until one's next try is due.
-        if (!held_next && seq.spec_wait_steps == 0) speculating_ = true;
+        if (!held_next && seq.spec_wait_steps == 0 && !proposes_ahead(group)) speculating_ = true;
         continue;
       }
-      speculating_ = true;
+      if (!proposes_ahead(group)) speculating_ = true;
       if (!may_speculate(group, seq)) continue;
+      // Under the policy, a sequence whose first row, or a try after being held, is still in
+      // flight waits for its outcome: the step planned ahead would otherwise repeat the try
+      // (the average it is judged by does not count that row yet).
+      if (min_accepted > 0.0 && has_unverified_proposals(seq) &&
+          (seq.spec_accepted_average < 0.0 || below)) {
+        continue;
+      }
       seq.spec_held_steps = 0;
       if (below) {  // a try: the next, if this one does not lift the average, waits longer
         seq.spec_probe_interval = std::min(2 * seq.spec_probe_interval, max_probe_interval);
       }
+      // With a step in flight: as if it accepts all its proposals (the row moves back over
+      // the ones it rejects).
       const int num_tokens = group.num_tokens(seq);
-      const int num_out = static_cast<int>(seq.output_token_ids.size());
+      const int num_out = num_tokens - static_cast<int>(group.prompt_token_ids.size());
       // The step emits up to K + 1 tokens: never past max_tokens or max_model_len.
       const int cap = std::min({proposal_length(seq), group.sampling.max_tokens - num_out - 1,
                                 config_.max_model_len - num_tokens - 1});
       if (cap <= 0) continue;
-      if (config_.speculative.method == SpeculativeMethod::kDraft) {
-        seq.proposal.assign(static_cast<size_t>(cap), kDraftProposalToken);  // the executor's
-      } else {
-        seq.proposal = proposer_.propose(group.tokens(seq), cap);
-        // Nothing to copy yet: look again in a few steps, overlapped meanwhile (not a miss:
-        // the text may repeat itself soon).
-        if (seq.proposal.empty()) seq.spec_wait_steps = kNgramRetrySteps;
-      }
+      // Slots the executor fills, with the draft's proposals or the n-gram lookup's on the
+      // tokens it knows by then (a step in flight's draws included).
+      seq.proposal.assign(static_cast<size_t>(cap), kProposalSlotToken);
     }
   }
 }
@@ -122,32 +128,45 @@ void Scheduler::adapt_proposal_length(Sequence& seq, int num_proposed, int num_a
 
 int32_t Scheduler::planned_token(const SequenceGroup& group, const Sequence& seq, int i) const {
   const int total = group.num_tokens(seq);
-  if (i < total) {
-    const int prompt_len = static_cast<int>(group.prompt_token_ids.size());
-    if (i < prompt_len) return group.prompt_token_ids[i];
-    const size_t out = static_cast<size_t>(i - prompt_len);
-    return out < seq.output_token_ids.size() ? seq.output_token_ids[out] : kPlaceholderToken;
-  }
+  if (i < total) return group.token_at(seq, i);
   return seq.proposal.at(static_cast<size_t>(i - total));
 }
 
-void Scheduler::accept_verified(SequenceGroup& group, Sequence& seq,
-                                const ScheduledSequence& scheduled,
-                                const SequenceStepOutput& output, RequestUpdate& update) {
-  const int num_proposed = scheduled.num_proposed_tokens;
+bool Scheduler::proposes_ahead(const SequenceGroup& group) const {
+  return config_.speculative.method == SpeculativeMethod::kNgram && !group.sampling.grammar;
+}
+
+bool Scheduler::has_unverified_proposals(const Sequence& seq) {
+  for (const PendingRow& row : seq.pending_rows) {
+    if (row.num_proposals > 0) return true;
+  }
+  return false;
+}
+
+bool Scheduler::first_slot_speculative(const Sequence& seq, const PlannedSeq& planned) {
+  if (seq.pending_rows.empty()) return false;  // the first token is known
+  if (planned.num_proposed > 0) return true;
+  for (const PendingRow& row : seq.pending_rows) {
+    if (row.num_speculative_slots() > 0) return true;  // an append after them must be one too
+  }
+  return false;
+}
+
+PendingRow Scheduler::pending_row(const Sequence& seq, const PlannedSeq& planned,
+                                  const ScheduledSequence& scheduled) const {
+  PendingRow row;
+  row.num_proposals = scheduled.num_proposed_tokens;
+  row.first_slot_speculative = !planned.allocate && first_slot_speculative(seq, planned);
+  return row;
+}
+
+int Scheduler::count_accepted(const Sequence& seq, const SequenceStepOutput& output,
+                              const std::vector<int32_t>& proposals) const {
   const std::vector<model::TokenLogprob>& samples = output.samples;
-  const size_t first_proposal = scheduled.new_token_ids.size() - static_cast<size_t>(num_proposed);
-  // A draft model's proposals come back with the output; n-gram ones were planned.
-  const bool drafted = scheduled.new_token_ids.back() == kDraftProposalToken;
-  const std::vector<int32_t> proposals =
-      drafted ? output.proposed_token_ids
-              : std::vector<int32_t>(scheduled.new_token_ids.begin() + first_proposal,
-                                     scheduled.new_token_ids.end());
-  if (samples.empty() || samples.size() > static_cast<size_t>(num_proposed) + 1 ||
-      proposals.size() != static_cast<size_t>(num_proposed)) {
+  const size_t num_proposed = proposals.size();
+  if (samples.empty() || samples.size() > num_proposed + 1) {
     throw std::logic_error("Scheduler::update: sequence " + std::to_string(seq.seq_id) +
-                           " verified " + std::to_string(proposals.size()) + " of " +
-                           std::to_string(num_proposed) + " proposals and drew " +
+                           " verified " + std::to_string(num_proposed) + " proposals and drew " +
                            std::to_string(samples.size()) + " tokens");
   }
   for (size_t i = 0; i + 1 < samples.size(); ++i) {
@@ -156,14 +175,43 @@ void Scheduler::accept_verified(SequenceGroup& group, Sequence& seq,
                              " accepted a draw that differs from its proposal");
     }
   }
-  const int num_accepted = static_cast<int>(samples.size()) - 1;
-  ++stats_.num_spec_rows;
-  stats_.num_spec_proposed_tokens += num_proposed;
-  stats_.num_spec_accepted_tokens += num_accepted;
-  seq.num_proposed_tokens += num_proposed;
-  seq.num_accepted_tokens += num_accepted;
-  record_accepted(seq, num_accepted);
-  if (!drafted) adapt_proposal_length(seq, num_proposed, num_accepted);
+  return static_cast<int>(samples.size()) - 1;
+}
+
+void Scheduler::apply_decode_row(SequenceGroup& group, Sequence& seq,
+                                 const ScheduledSequence& scheduled,
+                                 const SequenceStepOutput& output, const PendingRow& row,
+                                 RequestUpdate& update) {
+  const std::vector<model::TokenLogprob>& samples = output.samples;
+  // The executor filled the slots: a draft all of them, the n-gram lookup as many as it found.
+  const int num_slots = row.num_proposals;
+  const std::vector<int32_t> no_proposals;
+  const std::vector<int32_t>& proposals = num_slots > 0 ? output.proposed_token_ids : no_proposals;
+  const bool draft = config_.speculative.method == SpeculativeMethod::kDraft;
+  if (static_cast<int>(proposals.size()) > num_slots ||
+      (draft && static_cast<int>(proposals.size()) != num_slots)) {
+    throw std::logic_error("Scheduler::update: sequence " + std::to_string(seq.seq_id) + " got " +
+                           std::to_string(proposals.size()) + " proposals for " +
+                           std::to_string(num_slots) + " slots");
+  }
+  const int num_accepted = count_accepted(seq, output, proposals);
+  const int num_proposed = static_cast<int>(proposals.size());
+  if (num_proposed > 0) {
+    ++stats_.num_spec_rows;
+    stats_.num_spec_proposed_tokens += num_proposed;
+    stats_.num_spec_accepted_tokens += num_accepted;
+    seq.num_proposed_tokens += num_proposed;
+    seq.num_accepted_tokens += num_accepted;
+    record_accepted(seq, num_accepted);
+    if (!draft) adapt_proposal_length(seq, num_proposed, num_accepted);
+  } else if (num_slots > 0) {
+    // Nothing to copy yet: look again in a few steps, overlapped meanwhile (not a miss: the
+    // text may repeat itself soon).
+    seq.spec_wait_steps = kNgramRetrySteps;
+  }
+  // The row's first token was the draw of the row before it: the last output until now.
+  const int32_t first_token =
+      seq.output_token_ids.empty() ? kPlaceholderToken : seq.output_token_ids.back();
   // Each draw is a token as if sampled alone: stop checks after each, nothing after a stop.
   for (size_t i = 0; i < samples.size() && !seq.finished(); ++i) {
     const bool grammar_ended = i < output.grammar_ended.size() && output.grammar_ended[i] != 0;
@@ -173,16 +221,27 @@ void Scheduler::accept_verified(SequenceGroup& group, Sequence& seq,
     }
   }
   if (seq.finished()) return;  // its blocks, speculative slots included, are freed
-  emit(cache::KvMemoryOp::settle_speculative(
-      seq.seq_id, num_accepted,
-      std::vector<int32_t>(proposals.begin(), proposals.begin() + num_accepted)));
-  seq.num_computed_tokens += num_accepted;
-  if (drafted) {
+  // Preempted by recompute while the step ran: no blocks, nothing computed.
+  if (!kv_->has_sequence(seq.seq_id)) return;
+  if (row.num_speculative_slots() > 0) {
+    std::vector<int32_t> settled;
+    if (row.first_slot_speculative) settled.push_back(first_token);
+    settled.insert(settled.end(), proposals.begin(), proposals.begin() + num_accepted);
+    int num_later = 0;  // slots of the row planned after this one, still speculative
+    for (const PendingRow& later : seq.pending_rows) num_later += later.num_speculative_slots();
+    const int num_settled = static_cast<int>(settled.size());
+    emit(cache::KvMemoryOp::settle_speculative(seq.seq_id, num_settled, std::move(settled),
+                                               num_later));
+  }
+  // The slots counted as computed since planning; the rejected ones are not (a row planned
+  // after this one is moved back over them by the executor, SampledTokenCarry).
+  seq.num_computed_tokens -= num_slots - num_accepted;
+  if (draft && num_slots > 0) {
     // The draft wrote its K/V from the sequence's last token through its second-to-last
     // proposal; they hold up to the last accepted proposal (the first rejected one's are
     // stale, and the last proposal was never run).
     seq.draft_num_computed_tokens =
-        scheduled.num_computed_tokens + std::min(num_proposed, num_accepted + 1);
+        scheduled.num_computed_tokens + std::min(num_slots, num_accepted + 1);
   }
 }
 

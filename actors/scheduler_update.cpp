@@ -39,6 +39,7 @@ std::vector<RequestUpdate> Scheduler::update(const StepInput& input, const StepO
   // Collect the sampled rows per request, in order (computed tokens advanced in schedule()).
   std::vector<uint64_t> order;
   std::map<uint64_t, std::vector<size_t>> rows;
+  std::vector<PendingRow> applied(input.seqs.size());  // each sampled row, as it was planned
   for (size_t i = 0; i < input.seqs.size(); ++i) {
     const ScheduledSequence& scheduled = input.seqs[i];
     auto it = groups_.find(scheduled.request_id);
@@ -46,7 +47,13 @@ std::vector<RequestUpdate> Scheduler::update(const StepInput& input, const StepO
     Sequence* seq = it->second.find(scheduled.seq_id);
     if (seq == nullptr) continue;  // ended while the step ran (its output is discarded)
     if (!scheduled.sample) continue;
-    --seq->num_pending_samples;  // known now: append_sample adds it to the outputs
+    if (seq->pending_rows.empty()) {
+      throw std::logic_error("Scheduler::update: sequence " + std::to_string(seq->seq_id) +
+                             " has no row pending in step " + std::to_string(input.step_id));
+    }
+    // Known now: the draws go to the outputs.
+    applied[i] = std::move(seq->pending_rows.front());
+    seq->pending_rows.pop_front();
     auto [entry, inserted] = rows.try_emplace(scheduled.request_id);
     if (inserted) order.push_back(scheduled.request_id);
     entry->second.push_back(i);
@@ -54,8 +61,9 @@ std::vector<RequestUpdate> Scheduler::update(const StepInput& input, const StepO
 
   for (uint64_t id : order) {
     SequenceGroup& group = groups_.at(id);
-    RequestUpdate update = group.is_beam_search() ? beam_step(group, input, output, rows[id])
-                                                  : sample_step(group, input, output, rows[id]);
+    RequestUpdate update = group.is_beam_search()
+                               ? beam_step(group, input, output, rows[id])
+                               : sample_step(group, input, output, rows[id], applied);
     if (group.num_live() == 0) finish_group(group, update);
     updates.push_back(std::move(update));
   }
@@ -74,7 +82,8 @@ std::vector<RequestUpdate> Scheduler::update(const StepInput& input, const StepO
 }
 
 RequestUpdate Scheduler::sample_step(SequenceGroup& group, const StepInput& input,
-                                     const StepOutput& output, const std::vector<size_t>& rows) {
+                                     const StepOutput& output, const std::vector<size_t>& rows,
+                                     const std::vector<PendingRow>& applied) {
   RequestUpdate update = new_update(group);
   for (size_t row : rows) {
     const std::vector<model::TokenLogprob>& samples = output.seqs[row].samples;
@@ -89,14 +98,9 @@ RequestUpdate Scheduler::sample_step(SequenceGroup& group, const StepInput& inpu
     const auto attach_logprobs = [&](size_t i) {
       if (i < reported.size()) update.seqs.back().logprobs.push_back(reported[i]);
     };
-    if (group.forked && input.seqs[row].num_proposed_tokens > 0) {
-      accept_verified(group, *group.find(input.seqs[row].seq_id), input.seqs[row], output.seqs[row],
-                      update);
-      continue;
-    }
     if (group.forked) {
-      append_sample(group, *group.find(input.seqs[row].seq_id), samples.front(), update, ended(0));
-      attach_logprobs(0);
+      apply_decode_row(group, *group.find(input.seqs[row].seq_id), input.seqs[row],
+                       output.seqs[row], applied[row], update);
       continue;
     }
     // The prompt's logits: fork the one sequence into best_of children that share its blocks

@@ -43,13 +43,37 @@ Sequence* SequenceGroup::find(uint64_t seq_id) {
 std::vector<int32_t> SequenceGroup::tokens(const Sequence& seq) const {
   std::vector<int32_t> out(prompt_token_ids);
   out.insert(out.end(), seq.output_token_ids.begin(), seq.output_token_ids.end());
-  out.insert(out.end(), seq.num_pending_samples, kPlaceholderToken);
+  for (const PendingRow& row : seq.pending_rows) {
+    out.insert(out.end(), static_cast<size_t>(row.num_proposals), kProposalSlotToken);
+    out.push_back(kPlaceholderToken);
+  }
   return out;
+}
+
+int32_t SequenceGroup::token_at(const Sequence& seq, int i) const {
+  const int prompt_len = static_cast<int>(prompt_token_ids.size());
+  if (i < prompt_len) return prompt_token_ids[static_cast<size_t>(i)];
+  size_t at = static_cast<size_t>(i - prompt_len);
+  if (at < seq.output_token_ids.size()) return seq.output_token_ids[at];
+  at -= seq.output_token_ids.size();
+  for (const PendingRow& row : seq.pending_rows) {
+    const size_t n = static_cast<size_t>(row.num_proposals);
+    if (at < n) return kProposalSlotToken;
+    if (at == n) return kPlaceholderToken;
+    at -= n + 1;
+  }
+  return kPlaceholderToken;
+}
+
+int Sequence::num_pending_tokens() const {
+  int n = 0;
+  for (const PendingRow& row : pending_rows) n += row.num_tokens();
+  return n;
 }
 
 bool SequenceGroup::has_pending_samples() const {
   for (const Sequence& seq : seqs) {
-    if (!seq.finished() && seq.num_pending_samples > 0) return true;
+    if (!seq.finished() && !seq.pending_rows.empty()) return true;
   }
   return false;
 }

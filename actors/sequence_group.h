@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -23,6 +24,21 @@ enum class GroupStatus {
   kSwapped,  // its live sequences' blocks are in the CPU pool
 };
 
+// One sampling row of a step in flight, as the scheduler planned it (Sequence::pending_rows).
+struct PendingRow {
+  // Proposal slots the row verifies (speculative decoding; the executor fills them). A step
+  // planned while this one runs assumes them all accepted; the executor moves that step's row
+  // back over the ones rejected.
+  int num_proposals = 0;
+  // The row's first slot (the draw of the row before) was reserved speculative, not pending:
+  // it is settled with this row's accepted proposals.
+  bool first_slot_speculative = false;
+  // Slots the row reserved with append_speculative_token (first slot and proposals).
+  int num_speculative_slots() const { return (first_slot_speculative ? 1 : 0) + num_proposals; }
+  // Tokens the row stands for in Sequence: its proposals, assumed accepted, and its draw.
+  int num_tokens() const { return num_proposals + 1; }
+};
+
 struct Sequence {
   uint64_t seq_id = 0;  // the block manager's key, unique within one scheduler
   int index = 0;        // place in the request: its RNG stream and its output index
@@ -33,11 +49,11 @@ struct Sequence {
   double cumulative_logprob = 0.0;  // sum of the sampled tokens' logprobs (model/sampler.h)
   // Tokens whose K/V are in the cache or being computed by a scheduled step; 0 while waiting.
   int num_computed_tokens = 0;
-  // Tokens sampled by scheduled steps whose values are not known yet (at most 1 when a step is
-  // planned, 2 between planning a step ahead and updating the one before): they count in
-  // num_tokens and appear as kPlaceholderToken in tokens(), so the next step can be planned
-  // while that one runs (overlap scheduling).
-  int num_pending_samples = 0;
+  // The rows of scheduled steps whose draws are not known yet, oldest first (at most 1 when a
+  // step is planned, 2 between planning a step ahead and updating the one before): each
+  // counts in num_tokens as its proposals (assumed accepted) and one kPlaceholderToken for its
+  // draw, so the next step can be planned while that one runs (overlap scheduling).
+  std::deque<PendingRow> pending_rows;
   FinishReason finish_reason = FinishReason::kNone;
   // Planning from a view without the prefix cache (kMirrored, kRemote): the hits a probe op
   // found for this sequence's tokens while it held no blocks, -1 until one answered, and the
@@ -65,6 +81,9 @@ struct Sequence {
   int draft_num_computed_tokens = 0;
 
   bool finished() const { return finish_reason != FinishReason::kNone; }
+  int num_pending_samples() const { return static_cast<int>(pending_rows.size()); }
+  // Tokens the pending rows stand for (their assumed-accepted proposals and their draws).
+  int num_pending_tokens() const;
 };
 
 struct SequenceGroup {
@@ -90,10 +109,13 @@ struct SequenceGroup {
   Sequence* find(uint64_t seq_id);
   int num_tokens(const Sequence& seq) const {
     return static_cast<int>(prompt_token_ids.size() + seq.output_token_ids.size()) +
-           seq.num_pending_samples;
+           seq.num_pending_tokens();
   }
-  // prompt + outputs + a kPlaceholderToken per pending sample
+  // prompt + outputs + per pending row a kProposalSlotToken per proposal and a kPlaceholderToken
   std::vector<int32_t> tokens(const Sequence& seq) const;
+  // tokens(seq)[i] without building the list (a decode needs one token); kPlaceholderToken
+  // past the end.
+  int32_t token_at(const Sequence& seq, int i) const;
   bool has_pending_samples() const;  // some live sequence waits for a running step's sample
 };
 

@@ -3,6 +3,7 @@
 // cross threads unchanged when the executor becomes an actor.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -19,10 +20,11 @@ namespace pagedserve::actors {
 // sequence in the previous step (SampledTokenCarry) before running the step. Never a real
 // vocabulary id.
 inline constexpr int32_t kPlaceholderToken = -1;
-// Speculative decoding with a draft model: a proposal slot whose token the executor's draft
-// model fills in before the step's forward pass (the scheduler cannot know it). Never a real
-// vocabulary id, and distinct from kPlaceholderToken, which SampledTokenCarry replaces.
-inline constexpr int32_t kDraftProposalToken = -2;
+// Speculative decoding: a proposal slot whose token the executor fills in before the step's
+// forward pass (a draft model's proposal, or the n-gram lookup's on the tokens the executor
+// knows; the scheduler may not know them yet). Never a real vocabulary id, and distinct from
+// kPlaceholderToken, which SampledTokenCarry replaces.
+inline constexpr int32_t kProposalSlotToken = -2;
 
 // One sequence's share of a step.
 struct ScheduledSequence {
@@ -54,7 +56,18 @@ struct ScheduledSequence {
   // draw equal to the proposal is accepted and the next position is drawn, the first other
   // draw (or the draw after the last proposal) ends the row. Only for a decode with one seed.
   int num_proposed_tokens = 0;
-  // Draft-model proposals (the proposals are kDraftProposalToken): the draft model's cache
+  // Overlap scheduling past a verifying step: the row was planned while the step before it
+  // (in which this sequence verified proposals) ran, as if all of them were accepted. Of the
+  // tokens counted in num_computed_tokens and sample_step, the last num_tentative_tokens are
+  // those proposal slots; histories (penalty_output_ids, proposal_context) end with a
+  // kPlaceholderToken for each of them and one for the draw. The executor, which knows what
+  // the step drew, moves the row back over the rejected slots and writes the drawn tokens
+  // into the histories (SampledTokenCarry).
+  int num_tentative_tokens = 0;
+  // n-gram proposals: the sequence's tokens through new_token_ids' first, which the executor
+  // looks its proposals up in (actors/ngram_proposer.h). Empty for other rows.
+  std::vector<int32_t> proposal_context;
+  // Draft-model proposals (the proposals are kProposalSlotToken): the draft model's cache
   // shares this block table and holds the draft's K/V for the first draft_num_computed_tokens
   // positions; draft_context_ids are the tokens from there up to num_computed_tokens, which
   // the draft runs before new_token_ids' first (the sequence's last token) to propose.
@@ -65,6 +78,16 @@ struct ScheduledSequence {
   // rejection rule needs (sample_rows.h). Empty for point-mass (greedy or n-gram) proposals.
   std::vector<float> draft_probs;
 };
+
+// A row with proposal slots for the executor to fill (the last num_proposed_tokens).
+inline bool has_proposal_slots(const ScheduledSequence& seq) {
+  return seq.num_proposed_tokens > 0 && !seq.new_token_ids.empty() &&
+         seq.new_token_ids.back() == kProposalSlotToken;
+}
+inline bool has_proposal_slots(const std::vector<ScheduledSequence>& seqs) {
+  return std::any_of(seqs.begin(), seqs.end(),
+                     [](const ScheduledSequence& seq) { return has_proposal_slots(seq); });
+}
 
 struct StepInput {
   uint64_t step_id = 0;
@@ -88,8 +111,8 @@ struct SequenceStepOutput {
   // Only when sampling->grammar: per draw, whether the grammar is complete after it and allows
   // nothing more (an end token was drawn, or no byte may follow): the sequence stops there.
   std::vector<uint8_t> grammar_ended;
-  // Only where the executor made the proposals (a draft model): the tokens it verified, in
-  // place of the input's kDraftProposalToken slots.
+  // Rows that had proposal slots: the proposals the executor made and verified (as many as
+  // the n-gram lookup found, up to the slots; a draft fills them all).
   std::vector<int32_t> proposed_token_ids;
 };
 

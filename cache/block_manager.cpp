@@ -299,11 +299,14 @@ void BlockManager::hash_settled_blocks(Sequence& s) {
 }
 
 int BlockManager::settle_speculative_tokens(SeqId seq, int num_accepted,
-                                            std::span<const int32_t> accepted_tokens) {
+                                            std::span<const int32_t> accepted_tokens,
+                                            int num_later) {
   Sequence& s = device_sequence(seq, "settle_speculative_tokens");
-  if (num_accepted < 0 || num_accepted > s.num_speculative) {
+  const int num_own = s.num_speculative - num_later;  // this step's speculative slots
+  if (num_later < 0 || num_own < 0 || num_accepted < 0 || num_accepted > num_own) {
     throw std::logic_error("BlockManager::settle_speculative_tokens: " + seq_name(seq) + " has " +
                            std::to_string(s.num_speculative) + " speculative tokens, " +
+                           std::to_string(num_later) + " of a later step, " +
                            std::to_string(num_accepted) + " accepted");
   }
   if (!accepted_tokens.empty() && static_cast<int>(accepted_tokens.size()) != num_accepted) {
@@ -311,14 +314,16 @@ int BlockManager::settle_speculative_tokens(SeqId seq, int num_accepted,
                            std::to_string(accepted_tokens.size()) + " token ids for " +
                            std::to_string(num_accepted) + " accepted tokens");
   }
-  if (enable_prefix_caching_ && !accepted_tokens.empty()) {
+  const int num_rejected = num_own - num_accepted;
+  if (enable_prefix_caching_) {
+    const auto own = s.tail_tokens.end() - s.num_speculative;
     // The proposals' slots were recorded with placeholders: the hash needs the real ids.
-    std::copy(accepted_tokens.begin(), accepted_tokens.end(),
-              s.tail_tokens.end() - s.num_speculative);
+    if (!accepted_tokens.empty()) std::copy(accepted_tokens.begin(), accepted_tokens.end(), own);
+    // The rejected slots go; a later step's slots move down over them.
+    s.tail_tokens.erase(own + num_accepted, own + num_own);
   }
-  const int num_rejected = s.num_speculative - num_accepted;
   s.num_tokens -= num_rejected;
-  s.num_speculative = 0;
+  s.num_speculative = num_later;
   // Back to front, like free(): blocks that held only rejected tokens (never hashed) go back.
   const int keep = num_blocks_for(s.num_tokens);
   int returned = 0;
@@ -332,10 +337,7 @@ int BlockManager::settle_speculative_tokens(SeqId seq, int num_accepted,
     unlink_twin_of_device(last);
     device_.set_num_tokens(last, s.num_tokens - (keep - 1) * block_size_);
   }
-  if (enable_prefix_caching_) {
-    s.tail_tokens.resize(s.tail_tokens.size() - static_cast<size_t>(num_rejected));
-    hash_settled_blocks(s);
-  }
+  if (enable_prefix_caching_) hash_settled_blocks(s);
   return returned;
 }
 

@@ -120,10 +120,14 @@ class BlockManager {
   // `accepted_tokens`, when given (num_accepted of them), are the accepted tokens' ids: they
   // replace what append_speculative_token recorded, for a proposer whose proposals were not
   // known when their slots were planned (a draft model runs in the executor).
-  // Throws std::logic_error when num_accepted is outside [0, speculative tokens] or
-  // accepted_tokens is neither empty nor num_accepted long.
+  // `num_later`: with overlap scheduling, the last num_later speculative slots belong to the
+  // next step, planned (and possibly running) before this one's verification was known; they
+  // stay speculative and move down over the rejected slots (a slot is only a position in the
+  // block table, and the next step writes its tokens where the accepted count puts them).
+  // Throws std::logic_error when num_accepted is outside [0, speculative tokens - num_later]
+  // or accepted_tokens is neither empty nor num_accepted long.
   int settle_speculative_tokens(SeqId seq, int num_accepted,
-                                std::span<const int32_t> accepted_tokens = {});
+                                std::span<const int32_t> accepted_tokens = {}, int num_later = 0);
   int num_speculative_tokens(SeqId seq) const;
   // The next slot appended to `seq` is the earliest query of the step being planned: releases
   // the blocks wholly before that query's window (see the class comment). Nothing without a

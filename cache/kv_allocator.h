@@ -115,7 +115,8 @@ class KvAllocator {
     throw std::logic_error(std::string("speculative tokens need the paged KV allocator, not ") +
                            kv_allocator_name(kind()));
   }
-  virtual int settle_speculative_tokens(SeqId seq, int, std::span<const int32_t>) {
+  // num_later: slots of a step planned ahead that stay speculative (see BlockManager).
+  virtual int settle_speculative_tokens(SeqId seq, int, std::span<const int32_t>, int) {
     append_speculative_token(seq, 0);  // throws the same error
     return 0;
   }

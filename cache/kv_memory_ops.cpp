@@ -119,9 +119,10 @@ KvMemoryOp KvMemoryOp::append_speculative(SeqId seq, int32_t token) {
 }
 
 KvMemoryOp KvMemoryOp::settle_speculative(SeqId seq, int num_accepted,
-                                          std::vector<int32_t> accepted_tokens) {
+                                          std::vector<int32_t> accepted_tokens, int num_later) {
   KvMemoryOp op = seq_op(KvOpKind::kSettleSpeculative, seq);
   op.num_accepted = num_accepted;
+  op.num_later = num_later;
   op.tokens = std::move(accepted_tokens);
   return op;
 }
@@ -218,7 +219,7 @@ void KvMemoryApplier::apply(const KvMemoryOp& op) {
       touch(op.seq);
       return;
     case KvOpKind::kSettleSpeculative:
-      kv_.settle_speculative_tokens(op.seq, op.num_accepted, op.tokens);
+      kv_.settle_speculative_tokens(op.seq, op.num_accepted, op.tokens, op.num_later);
       touch(op.seq);
       return;
     case KvOpKind::kProbePrefix:

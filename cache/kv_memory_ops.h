@@ -62,6 +62,7 @@ struct KvMemoryOp {
   int compute_tokens = 0;       // kAllocate: tokens the plan lets this step compute
   int end_cap = 0;              // kAllocate: hand the allocator at most this many tokens
   int num_accepted = 0;         // kSettleSpeculative: proposed tokens the step verified
+  int num_later = 0;            // kSettleSpeculative: slots of a later step, still speculative
 
   static KvMemoryOp reserve(SeqId seq, const SeqReservation& reservation);
   static KvMemoryOp allocate(SeqId seq, std::vector<int32_t> tokens, int compute_tokens,
@@ -79,7 +80,8 @@ struct KvMemoryOp {
   static KvMemoryOp append_speculative(SeqId seq, int32_t token);
   // accepted_tokens: the accepted proposals' ids (BlockManager::settle_speculative_tokens).
   static KvMemoryOp settle_speculative(SeqId seq, int num_accepted,
-                                       std::vector<int32_t> accepted_tokens = {});
+                                       std::vector<int32_t> accepted_tokens = {},
+                                       int num_later = 0);
 };
 
 using KvMemoryOps = std::vector<KvMemoryOp>;

@@ -43,8 +43,8 @@ class PagedKvAllocator final : public KvAllocator {
     return blocks_.append_speculative_token(seq, token);
   }
   int settle_speculative_tokens(SeqId seq, int num_accepted,
-                                std::span<const int32_t> accepted_tokens) override {
-    return blocks_.settle_speculative_tokens(seq, num_accepted, accepted_tokens);
+                                std::span<const int32_t> accepted_tokens, int num_later) override {
+    return blocks_.settle_speculative_tokens(seq, num_accepted, accepted_tokens, num_later);
   }
   int release_blocks_before_window(SeqId seq) override {
     return blocks_.release_blocks_before_window(seq);

@@ -174,16 +174,18 @@ std::vector<BlockCopy> PagedKvMirror::append_speculative_token(SeqId seq, int32_
   return {};
 }
 
-int PagedKvMirror::settle_speculative_tokens(SeqId seq, int num_accepted,
-                                             std::span<const int32_t>) {
+int PagedKvMirror::settle_speculative_tokens(SeqId seq, int num_accepted, std::span<const int32_t>,
+                                             int num_later) {
   Seq& s = known(seq, "settle_speculative_tokens");
-  if (num_accepted < 0 || num_accepted > s.num_speculative) {
+  const int num_own = s.num_speculative - num_later;
+  if (num_later < 0 || num_own < 0 || num_accepted < 0 || num_accepted > num_own) {
     throw std::logic_error("PagedKvMirror::settle_speculative_tokens: sequence " +
                            std::to_string(seq) + " has " + std::to_string(s.num_speculative) +
-                           " speculative tokens, " + std::to_string(num_accepted) + " accepted");
+                           " speculative tokens, " + std::to_string(num_later) +
+                           " of a later step, " + std::to_string(num_accepted) + " accepted");
   }
-  s.num_tokens -= s.num_speculative - num_accepted;
-  s.num_speculative = 0;
+  s.num_tokens -= num_own - num_accepted;
+  s.num_speculative = num_later;
   int returned = 0;
   while (static_cast<int>(s.blocks.size()) > blocks_for(s.num_tokens, block_size_)) {
     auto it = device_refs_.find(s.blocks.back());

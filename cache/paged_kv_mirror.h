@@ -61,7 +61,7 @@ class PagedKvMirror final : public KvAllocator {
   bool supports_speculation() const override { return true; }
   std::vector<BlockCopy> append_speculative_token(SeqId seq, int32_t token) override;
   int settle_speculative_tokens(SeqId seq, int num_accepted,
-                                std::span<const int32_t> accepted_tokens) override;
+                                std::span<const int32_t> accepted_tokens, int num_later) override;
   std::vector<BlockCopy> fork(SeqId parent, SeqId child) override;
   void free(SeqId seq) override;
   std::vector<BlockCopy> swap_out(SeqId seq) override;

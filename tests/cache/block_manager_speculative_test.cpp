@@ -143,6 +143,75 @@ TEST(BlockManagerSpeculative, MirrorAndApplierFollowTheSameOps) {
   EXPECT_EQ(real.block_manager()->cached_prefix_tokens(Tokens{1, 2, 3, 4, 5, 6, 7, 8, 0}), 8);
 }
 
+// Overlap scheduling plans step N+1 before step N's proposals are verified: N+1's slots (the
+// draw of N, then its own proposals) come after N's. Settling N keeps its accepted proposals,
+// drops its rejected ones from the middle (N+1's slots move down over them) and leaves N+1's
+// speculative; settling N+1 then names N's draw with N+1's accepted proposals.
+TEST(BlockManagerSpeculative, ALaterStepsSlotsMoveDownOverTheRejectedOnes) {
+  constexpr int32_t kUnknown = -1;
+  BlockManager bm(config(4, 8));
+  bm.allocate(1, Tokens{1, 2, 3});
+  bm.append_token(1, 4);                                           // step N's last token
+  for (int32_t t : {5, 6, 7}) bm.append_speculative_token(1, t);   // N's proposals
+  bm.append_speculative_token(1, kUnknown);                        // N+1: the draw of N
+  for (int32_t t : {8, 9, 10}) bm.append_speculative_token(1, t);  // N+1's proposals
+  EXPECT_EQ(bm.num_tokens(1), 11);
+  EXPECT_EQ(bm.block_table(1).size(), 3u);
+  EXPECT_THROW(bm.settle_speculative_tokens(1, 4, {}, 4), std::logic_error) << "N has only 3";
+  EXPECT_THROW(bm.settle_speculative_tokens(1, 0, {}, 8), std::logic_error);
+  // N accepts 5 and draws 30: 6 and 7 go, N+1's four slots now start at position 5.
+  EXPECT_EQ(bm.settle_speculative_tokens(1, 1, {}, /*num_later=*/4), 0);
+  EXPECT_EQ(bm.num_tokens(1), 9);
+  EXPECT_EQ(bm.num_speculative_tokens(1), 4);
+  EXPECT_EQ(bm.check_invariants(), "");
+  EXPECT_EQ(bm.cached_prefix_tokens(Tokens{1, 2, 3, 4, 5, 30, 8, 9, 0}), 4);
+  // N+1 accepts 8 after the draw 30 (its proposals were for another draw, but any accepted
+  // prefix is what counts here); 9 and 10 go, and with them the third block.
+  EXPECT_EQ(bm.settle_speculative_tokens(1, 2, Tokens{30, 8}), 1);
+  EXPECT_EQ(bm.num_tokens(1), 7);
+  EXPECT_EQ(bm.block_table(1).size(), 2u);
+  EXPECT_EQ(bm.num_speculative_tokens(1), 0);
+  bm.append_token(1, 11);  // block 1 full: [5 30 8 11]
+  EXPECT_EQ(bm.check_invariants(), "");
+  EXPECT_EQ(bm.cached_prefix_tokens(Tokens{1, 2, 3, 4, 5, 30, 8, 11, 0}), 8);
+  EXPECT_EQ(bm.cached_prefix_tokens(Tokens{1, 2, 3, 4, 5, 6, 7, 0, 0}), 4);
+  bm.free(1);
+  EXPECT_EQ(bm.num_free_device_blocks(), 8);
+}
+
+// The later step's slots keep the tokens they were appended with when they move down: settled
+// without ids, they are what gets hashed.
+TEST(BlockManagerSpeculative, ALaterStepsSlotsKeepTheirTokensWhenTheyMoveDown) {
+  BlockManager bm(config(4, 8));
+  bm.allocate(1, Tokens{1, 2, 3, 4});
+  for (int32_t t : {5, 6, 7}) bm.append_speculative_token(1, t);
+  for (int32_t t : {40, 41}) bm.append_speculative_token(1, t);
+  bm.settle_speculative_tokens(1, 1, {}, /*num_later=*/2);  // keeps 5; 40 and 41 move down
+  bm.settle_speculative_tokens(1, 2);
+  bm.append_token(1, 42);  // block 1: [5 40 41 42]
+  EXPECT_EQ(bm.check_invariants(), "");
+  EXPECT_EQ(bm.cached_prefix_tokens(Tokens{1, 2, 3, 4, 5, 40, 41, 42, 0}), 8);
+  EXPECT_EQ(bm.cached_prefix_tokens(Tokens{1, 2, 3, 4, 5, 6, 7, 42, 0}), 4);
+}
+
+TEST(BlockManagerSpeculative, TheMirrorMovesALaterStepsSlotsDownToo) {
+  const BlockManagerConfig c = config(4, 16);
+  PagedKvAllocator real(c);
+  PagedKvMirror mirror(c);
+  KvMemoryOps ops = {KvMemoryOp::allocate(1, Tokens{1, 2, 3, 4, 5, 6}, 6, 6)};
+  for (int32_t t : {7, 8, 9, 10, -1, 11, 12}) ops.push_back(KvMemoryOp::append_speculative(1, t));
+  ops.push_back(KvMemoryOp::settle_speculative(1, 0, {}, /*num_later=*/3));
+  KvMemoryApplier view(mirror, /*record=*/false);
+  for (const KvMemoryOp& op : ops) view.apply(op);
+  const KvMemoryResult result = apply_kv_memory_ops(real, ops);
+  EXPECT_EQ(mirror.num_free_device_blocks(), real.num_free_device_blocks());
+  EXPECT_EQ(mirror.num_tokens(1), 9);
+  ASSERT_EQ(result.seqs.size(), 1u);
+  EXPECT_EQ(result.seqs[0].num_tokens, 9);
+  EXPECT_EQ(real.block_manager()->num_speculative_tokens(1), 3);
+  EXPECT_EQ(real.block_manager()->check_invariants(), "");
+}
+
 // Random decode steps with proposals (taken from the shared documents half the time, so that
 // later prompts look rejected ones up), settles with a random number accepted, prompts with
 // prefix hits, forks, frees and swaps. After every operation: the invariants hold and every
@@ -164,8 +233,10 @@ class SpeculativeRunner {
       const int r = uniform(0, 99);
       if (r < 20) {
         allocate();
-      } else if (r < 70) {
+      } else if (r < 55) {
         step();
+      } else if (r < 70) {
+        overlapped_steps();
       } else if (r < 77) {
         fork();
       } else if (r < 87) {
@@ -244,6 +315,60 @@ class SpeculativeRunner {
     accepted += num_accepted;
     rejected += num_proposed - num_accepted;
     tokens.insert(tokens.end(), row.begin(), row.begin() + 1 + num_accepted);
+  }
+
+  // Two steps in flight, as overlap scheduling runs them: N (the known next token and 0..4
+  // proposals) and N+1, planned before N is verified (a speculative slot for N's draw and 0..3
+  // proposals). N runs and is settled with N+1's slots left speculative; N+1 then runs with
+  // the block table it was planned with, at the positions N's accepted count gives it (its
+  // proposals dropped when N rejected any), and is settled.
+  void overlapped_steps() {
+    const SeqId id = pick(false);
+    if (id == 0 || tokens_[id].size() > 90 || bm_.num_free_device_blocks() < 8) return;
+    Tokens& tokens = tokens_[id];
+    const Tokens& doc = docs_[uniform(0, 2)];
+    auto guess = [&](size_t p) {
+      return uniform(0, 1) == 0 && p < doc.size() ? doc[p] : uniform(0, 5);
+    };
+    const size_t at = tokens.size();
+    Tokens row_n = {at < doc.size() ? doc[at] : 0};
+    const int num_proposed = uniform(0, 4);
+    for (int i = 0; i < num_proposed; ++i) row_n.push_back(guess(at + 1 + i));
+    const int num_later_proposed = uniform(0, 3);
+    Tokens later_proposals;
+    for (int i = 0; i < num_later_proposed; ++i) later_proposals.push_back(guess(at + 2 + i));
+    // Planned: N, then N+1 before N's verification.
+    mem_.copy_device(bm_.append_token(id, row_n[0]));
+    for (int i = 1; i <= num_proposed; ++i) {
+      mem_.copy_device(bm_.append_speculative_token(id, row_n[i]));
+    }
+    mem_.copy_device(bm_.append_speculative_token(id, -1));
+    for (int32_t t : later_proposals) mem_.copy_device(bm_.append_speculative_token(id, t));
+    const std::span<const BlockId> table = bm_.block_table(id);
+    const std::vector<BlockId> later_table(table.begin(), table.end());
+    // N runs, and is settled.
+    Tokens computed = tokens;
+    computed.insert(computed.end(), row_n.begin(), row_n.end());
+    mem_.write(bm_.block_table(id), computed, at);
+    const int num_accepted = uniform(0, num_proposed);
+    const int32_t draw = uniform(0, 5);
+    bm_.settle_speculative_tokens(id, num_accepted, {}, 1 + num_later_proposed);
+    tokens.insert(tokens.end(), row_n.begin(), row_n.begin() + 1 + num_accepted);
+    // N+1 runs where N's outcome put it.
+    const bool dropped = num_accepted < num_proposed;
+    Tokens row_later = {draw};
+    if (!dropped) row_later.insert(row_later.end(), later_proposals.begin(), later_proposals.end());
+    computed = tokens;
+    computed.insert(computed.end(), row_later.begin(), row_later.end());
+    mem_.write(later_table, computed, tokens.size());
+    const int later_accepted = dropped ? 0 : uniform(0, num_later_proposed);
+    Tokens settled = {draw};
+    settled.insert(settled.end(), later_proposals.begin(),
+                   later_proposals.begin() + later_accepted);
+    bm_.settle_speculative_tokens(id, static_cast<int>(settled.size()), settled);
+    tokens.insert(tokens.end(), settled.begin(), settled.end());
+    accepted += num_accepted + later_accepted;
+    rejected += num_proposed - num_accepted + num_later_proposed - later_accepted;
   }
 
   void fork() {
