@@ -63,6 +63,17 @@ void SampledTokenCarry::substitute(StepInput& input) const {
                  row_name(input, seq));
     std::replace(seq.new_token_ids.begin(), seq.new_token_ids.end(), kPlaceholderToken,
                  drawn.tokens.back());
+    if (!seq.draft_context_ids.empty() && seq.draft_context_ids.back() == kProposalSlotToken) {
+      // A draft row planned past a draft-verifying one: it assumed the draft's K/V reached
+      // that row's last proposal and runs it first. With a rejection they reach the row's
+      // first token instead (the draw there is this row's first token): nothing to catch up.
+      if (num_rejected > 0) {
+        seq.draft_num_computed_tokens = seq.num_computed_tokens;
+        seq.draft_context_ids.clear();
+      } else {
+        seq.draft_context_ids.back() = drawn.tokens[drawn.tokens.size() - 2];
+      }
+    }
     seq.num_tentative_tokens = 0;
   }
 }

@@ -835,6 +835,13 @@ StepInput Scheduler::finish_step(cache::KvMemoryResult result) {
       // before this one's update().
       const ScheduledSequence& scheduled = step.seqs.back();
       if (scheduled.sample) seq->pending_rows.push_back(pending_row(*seq, planned_seq, scheduled));
+      if (has_proposal_slots(scheduled) &&
+          config_.speculative.method == SpeculativeMethod::kDraft) {
+        // As if every slot is accepted, for a row planned while this one runs: the draft's
+        // K/V then reach the last proposal, which that row's draft context starts with.
+        seq->draft_num_computed_tokens =
+            scheduled.num_computed_tokens + scheduled.num_proposed_tokens;
+      }
       if (scheduled.num_proposed_tokens > 0 && seq->pending_rows.size() > 1) {
         ++stats_.num_spec_rows_planned_ahead;
       }

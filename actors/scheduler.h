@@ -41,12 +41,13 @@
 // n-gram lookup on the tokens it knows, or a draft model), verifies them in the same forward
 // pass (a grammar-constrained row under its grammar's mask at each position), and update()
 // appends the accepted draws one by one, with the usual stop checks, then settles the slots
-// (accepted kept, the rest truncated). n-gram slots are planned past a verifying step in
+// (accepted kept, the rest truncated). Slots are planned past a verifying step in
 // flight too (overlap): the next row assumes every slot accepted (PendingRow), its own slots
 // come after, the settle of the step before moves them down over the rejected ones
 // (settle_speculative's num_later), and the executor moves the row back to match
-// (SampledTokenCarry). A draft's proposals and a grammar row's need the draft's or the
-// matcher's state after every token: a step with those is not followed by one planned ahead.
+// (SampledTokenCarry); a draft row assumes the draft's K/V reach the last slot before it. A
+// grammar row's proposals need the matcher's state after every token: a step with those is
+// not followed by one planned ahead.
 // The policy: none while more than speculative.max_batch() sequences run; none for beam
 // search, a prompt's first draw, or before min_tokens.
 #pragma once
@@ -286,9 +287,8 @@ class Scheduler {
   // The tokens the step computes for a held sequence: position i of its tokens, or past the
   // end, its proposal.
   int32_t planned_token(const SequenceGroup& group, const Sequence& seq, int i) const;
-  // Whether the group's proposals may be planned while the step before runs: n-gram ones
-  // without a grammar (a draft's need the tokens in the executor's draft; a grammar row's
-  // mask needs them too).
+  // Whether the group's proposals may be planned while the step before runs: any but a
+  // grammar row's (its matcher needs every token before the mask of the next).
   bool proposes_ahead(const SequenceGroup& group) const;
   // Some step in flight verifies proposals of `seq`: its positions are not known yet.
   static bool has_unverified_proposals(const Sequence& seq);

@@ -65,9 +65,9 @@ void Scheduler::propose_tokens() {
         if (held) ++seq.spec_held_steps;
         if (seq.spec_wait_steps > 0) --seq.spec_wait_steps;
         const bool held_next = below && seq.spec_held_steps + 1 < seq.spec_probe_interval;
-        // The step after this one is planned ahead (while this one runs) only when no sequence
-        // would propose in it, as a step planned ahead cannot know the tokens proposals follow:
-        // held sequences give overlap scheduling back until one's next try is due.
+        // With a draft or a grammar, the step after this one is planned ahead (while this one
+        // runs) only when no sequence would propose in it (their proposals need every token
+        // known): held sequences give overlap back until one's next try is due.
         if (!held_next && seq.spec_wait_steps == 0 && !proposes_ahead(group)) speculating_ = true;
         continue;
       }
@@ -132,9 +132,7 @@ int32_t Scheduler::planned_token(const SequenceGroup& group, const Sequence& seq
   return seq.proposal.at(static_cast<size_t>(i - total));
 }
 
-bool Scheduler::proposes_ahead(const SequenceGroup& group) const {
-  return config_.speculative.method == SpeculativeMethod::kNgram && !group.sampling.grammar;
-}
+bool Scheduler::proposes_ahead(const SequenceGroup& group) const { return !group.sampling.grammar; }
 
 bool Scheduler::has_unverified_proposals(const Sequence& seq) {
   for (const PendingRow& row : seq.pending_rows) {
@@ -239,9 +237,16 @@ void Scheduler::apply_decode_row(SequenceGroup& group, Sequence& seq,
   if (draft && num_slots > 0) {
     // The draft wrote its K/V from the sequence's last token through its second-to-last
     // proposal; they hold up to the last accepted proposal (the first rejected one's are
-    // stale, and the last proposal was never run).
-    seq.draft_num_computed_tokens =
-        scheduled.num_computed_tokens + std::min(num_slots, num_accepted + 1);
+    // stale, and the last proposal was never run). The row's first token sat just before its
+    // draws, which now end the sequence.
+    const int first_position = group.num_known_tokens(seq) - (num_accepted + 1) - 1;
+    if (!seq.pending_rows.empty() && seq.pending_rows.front().num_proposals > 0) {
+      // A row planned past this one set it as if every slot were accepted: it moves back
+      // with that row (SampledTokenCarry moves the row's draft context the same way).
+      seq.draft_num_computed_tokens -= num_slots - num_accepted;
+    } else {
+      seq.draft_num_computed_tokens = first_position + std::min(num_slots, num_accepted + 1);
+    }
   }
 }
 

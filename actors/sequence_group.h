@@ -113,6 +113,10 @@ struct SequenceGroup {
   }
   // prompt + outputs + per pending row a kProposalSlotToken per proposal and a kPlaceholderToken
   std::vector<int32_t> tokens(const Sequence& seq) const;
+  // prompt + outputs: the tokens whose values are known.
+  int num_known_tokens(const Sequence& seq) const {
+    return static_cast<int>(prompt_token_ids.size() + seq.output_token_ids.size());
+  }
   // tokens(seq)[i] without building the list (a decode needs one token); kPlaceholderToken
   // past the end.
   int32_t token_at(const Sequence& seq, int i) const;

@@ -14,6 +14,7 @@
 
 #include "actors/engine.h"
 #include "actors/llm_engine.h"
+#include "model/quantize_gguf.h"
 #include "model/synthetic_model.h"
 #include "tests/actors/speculative_test_util.h"
 #include "tests/test_paths.h"
@@ -63,6 +64,10 @@ TEST(DraftSpeculative, GreedyIsIdenticalAndTheTwinIsAlmostAlwaysAccepted) {
       const EngineRun batched = run(with_draft(plain, k), requests, overlap);
       expect_same_outputs(baseline, batched, what);
       EXPECT_GT(acceptance(batched), kTwinAcceptance) << what;
+      // Draft rows are planned past a verifying step too (their draft context set as if it
+      // accepted everything, and moved back by the executor): with a wrong context the twin
+      // would be accepted far less.
+      if (overlap) EXPECT_GT(batched.stats.num_spec_rows_planned_ahead, 10) << what;
       EXPECT_LE(batched.stats.num_spec_accepted_tokens, batched.stats.num_spec_proposed_tokens);
     }
   }
@@ -230,6 +235,31 @@ TEST_F(DraftSpeculativeSynthetic, AnUnrelatedDraftChangesNothingButTheSpeed) {
   expect_same_outputs(baseline, got, "random draft");
   EXPECT_GT(got.stats.num_spec_rows, 0);
   EXPECT_LT(acceptance(got), 0.5) << "a random draft is not the target";
+}
+
+// The twin quantized to Q4_0 proposes the target's tokens often but not always, so its rows
+// have rejections. Greedy draft proposals are a function of the tokens alone when the draft's
+// K/V are right, so planning draft rows past verifying steps (overlap) proposes and accepts what
+// the steps planned one at a time do, up to the last rows (whose slots are capped as if the
+// step before accepted everything). A draft reading K/V that a rejection left stale, or missing
+// the last accepted proposal's, proposes otherwise.
+TEST_F(DraftSpeculativeSynthetic, PlannedPastARejectionTheDraftProposesWhatItWouldAlone) {
+  const std::filesystem::path q4 = dir_ / "stories260K-q4_0.gguf";
+  model::quantize_gguf(twin_draft(), q4, *model::parse_quantization_plan("Q4_0"));
+  const EngineConfig plain = testing_util::stories_config();
+  const std::vector<Request> requests = story_requests(96);
+  for (const Request& request : {requests.front(), requests.back()}) {
+    const EngineRun baseline = run(plain, {request});
+    const EngineRun sync = run(with_draft(plain, 4, 0, q4.string()), {request}, false);
+    const EngineRun overlap = run(with_draft(plain, 4, 0, q4.string()), {request}, true);
+    expect_same_outputs(baseline, sync, "q4 draft");
+    expect_same_outputs(baseline, overlap, "q4 draft, overlap");
+    const int64_t rejected =
+        sync.stats.num_spec_proposed_tokens - sync.stats.num_spec_accepted_tokens;
+    EXPECT_GT(rejected, 4) << "the quantized twin is meant to miss sometimes";
+    EXPECT_GT(overlap.stats.num_spec_rows_planned_ahead, 5);
+    EXPECT_NEAR(overlap.stats.num_spec_accepted_tokens, sync.stats.num_spec_accepted_tokens, 4);
+  }
 }
 
 TEST_F(DraftSpeculativeSynthetic, RefusesSettingsItCannotServe) {

@@ -6,8 +6,8 @@
 //  - repeat: the grounded prompt followed by its own first 32 tokens again, so a model that
 //    copies goes on repeating the text ("repeat this text");
 //  - free: short story starts, greedy, nothing to copy but what the model repeats itself.
-// Runs the synchronous LlmEngine with overlap scheduling on (n-gram rows are planned past
-// verifying steps; a draft's are not). Also prints the step counts, which do not depend on
+// Runs the synchronous LlmEngine with overlap scheduling on (rows are planned past verifying
+// steps). Also prints the step counts, which do not depend on
 // the machine's load. Prints one line per (task, batch) with the speed-up,
 // the acceptance rate and the mean accepted proposals per verifying sequence-step. Not a Google
 // Benchmark loop: the quantity is a ratio of two runs.
