@@ -13,8 +13,8 @@ bool Scheduler::may_speculate(const SequenceGroup& group, const Sequence& seq) c
   const model::SamplingParams& params = group.sampling;
   if (seq.finished() || !group.forked || group.is_beam_search()) return false;
   if (!kv_->has_sequence(seq.seq_id)) return false;
-  // Proposals follow the sequence's last token. n-gram ones may follow one a step in flight
-  // still draws (they predict it too); the others need it known.
+  // Proposals follow the sequence's last token, which a step in flight may still draw (the
+  // executor knows it when it fills the slots); a grammar row's need it known.
   if (!seq.pending_rows.empty() && !proposes_ahead(group)) return false;
   if (group.num_tokens(seq) - seq.num_computed_tokens != 1) return false;
   // Before min_tokens the banned ids depend on the position; not worth the complexity.
