@@ -63,7 +63,8 @@ void SampledTokenCarry::substitute(StepInput& input) const {
                  row_name(input, seq));
     std::replace(seq.new_token_ids.begin(), seq.new_token_ids.end(), kPlaceholderToken,
                  drawn.tokens.back());
-    if (!seq.draft_context_ids.empty() && seq.draft_context_ids.back() == kProposalSlotToken) {
+    if (seq.num_tentative_tokens > 0 && !seq.draft_context_ids.empty() &&
+        seq.draft_context_ids.back() == kProposalSlotToken) {
       // A draft row planned past a draft-verifying one: it assumed the draft's K/V reached
       // that row's last proposal and runs it first. With a rejection they reach the row's
       // first token instead (the draw there is this row's first token): nothing to catch up.
