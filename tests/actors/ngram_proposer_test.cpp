@@ -110,5 +110,50 @@ TEST(SpeculativeConfig, TheBatchLimitFollowsTheMethodUnlessGiven) {
   EXPECT_EQ(config.max_batch(), 7);
 }
 
+// The executor's half: each row's slots are filled with the lookup in its context, and the
+// row shrinks to what was found (a plain decode when nothing was); rows without slots are
+// left alone; a context with an unknown token (the carry did not fill it) is refused.
+TEST(NgramProposer, TheExecutorFillsEachRowsSlotsFromItsContext) {
+  constexpr int32_t kSlot = kProposalSlotToken;
+  const NgramProposer proposer(1, 3);
+  auto slotted = [&](std::vector<int32_t> context, int num_slots) {
+    ScheduledSequence row;
+    row.new_token_ids = {context.back()};
+    row.new_token_ids.insert(row.new_token_ids.end(), static_cast<size_t>(num_slots), kSlot);
+    row.num_proposed_tokens = num_slots;
+    row.proposal_context = std::move(context);
+    return row;
+  };
+  std::vector<ScheduledSequence> rows = {
+      slotted({7, 8, 9, 1, 2, 7, 8}, 4),  // "7 8" occurred before: 9 1 2 7 follow it
+      slotted({5, 6, 3, 5}, 4),           // "5" occurred, followed by 6 3 5: three only
+      slotted({1, 2, 3, 4}, 2),           // nothing repeats
+  };
+  ScheduledSequence plain;
+  plain.new_token_ids = {4};
+  rows.push_back(plain);
+  EXPECT_TRUE(fill_ngram_proposals(proposer, rows));
+  for (size_t i = 0; i < 3; ++i) {  // against the lookup itself, row by row
+    const std::vector<int32_t> expected =
+        proposer.propose(rows[i].proposal_context, i == 2 ? 2 : 4);
+    EXPECT_EQ(rows[i].num_proposed_tokens, static_cast<int>(expected.size())) << i;
+    EXPECT_EQ(std::vector<int32_t>(rows[i].new_token_ids.begin() + 1, rows[i].new_token_ids.end()),
+              expected)
+        << i;
+  }
+  EXPECT_EQ(rows[0].new_token_ids, (std::vector<int32_t>{8, 9, 1, 2, 7}));
+  EXPECT_EQ(rows[1].new_token_ids, (std::vector<int32_t>{5, 6, 3, 5}));
+  EXPECT_EQ(rows[2].new_token_ids, std::vector<int32_t>{4});
+  EXPECT_EQ(rows[2].num_proposed_tokens, 0);
+  EXPECT_EQ(rows[3].new_token_ids, std::vector<int32_t>{4});
+  std::vector<ScheduledSequence> none = {plain};
+  EXPECT_FALSE(fill_ngram_proposals(proposer, none));
+  std::vector<ScheduledSequence> unknown = {slotted({1, 2, kPlaceholderToken}, 2)};
+  EXPECT_THROW(fill_ngram_proposals(proposer, unknown), std::invalid_argument);
+  std::vector<ScheduledSequence> empty = {slotted({3}, 2)};
+  empty[0].proposal_context.clear();
+  EXPECT_THROW(fill_ngram_proposals(proposer, empty), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace pagedserve::actors
