@@ -8,12 +8,15 @@
 namespace pagedserve::actors {
 namespace {
 
+// A row continues the previous step's draw: its tokens hold the placeholder, and its histories
+// (whole sequences, so only their last entry is looked at) end with it.
 bool has_placeholder(const ScheduledSequence& seq) {
-  for (const std::vector<int32_t>* tokens :
-       {&seq.new_token_ids, &seq.penalty_output_ids, &seq.proposal_context}) {
-    if (std::find(tokens->begin(), tokens->end(), kPlaceholderToken) != tokens->end()) return true;
-  }
-  return false;
+  const auto ends_with_it = [](const std::vector<int32_t>& history) {
+    return !history.empty() && history.back() == kPlaceholderToken;
+  };
+  return std::find(seq.new_token_ids.begin(), seq.new_token_ids.end(), kPlaceholderToken) !=
+             seq.new_token_ids.end() ||
+         ends_with_it(seq.penalty_output_ids) || ends_with_it(seq.proposal_context);
 }
 
 std::string row_name(const StepInput& input, const ScheduledSequence& seq) {

@@ -729,8 +729,7 @@ ScheduledSequence Scheduler::complete_seq(SequenceGroup& group, Sequence& seq,
   if (group.sampling.has_penalties() || group.sampling.grammar) {
     if (group.sampling.repetition_penalty != 1.0f)
       scheduled.penalty_prompt_ids = group.prompt_token_ids;
-    const std::vector<int32_t> tokens = group.tokens(seq);
-    scheduled.penalty_output_ids.assign(tokens.begin() + prompt_len, tokens.end());
+    scheduled.penalty_output_ids = group.output_tokens(seq);
   }
   // The fewest tokens drawn before this row (min_tokens never lets a row with a pending
   // verification get here: proposals wait for min_tokens).

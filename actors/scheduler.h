@@ -348,12 +348,11 @@ class Scheduler {
   void append_sample(SequenceGroup& group, Sequence& seq, const model::TokenLogprob& sample,
                      RequestUpdate& update, bool grammar_ended = false);
   // A decoding row of a forked group: appends its draws in order (each checked for a stop as a
-  // single sample is), settles its speculative slots (accepted kept, rejected truncated), and
-  // drops the proposals of the row planned after it when they followed another draw
-  // (scheduler_spec.cpp).
-  void apply_decode_row(SequenceGroup& group, Sequence& seq, const ScheduledSequence& scheduled,
-                        const SequenceStepOutput& output, const PendingRow& row,
-                        RequestUpdate& update);
+  // single sample is) and settles its speculative slots (accepted kept, rejected truncated;
+  // a row planned after it keeps its slots, moved down over the rejected ones), taking the
+  // rejected slots back from num_computed_tokens (scheduler_spec.cpp).
+  void apply_decode_row(SequenceGroup& group, Sequence& seq, const SequenceStepOutput& output,
+                        const PendingRow& row, RequestUpdate& update);
   // Of a row's draws, how many proposals it accepted (throws for draws that contradict them).
   int count_accepted(const Sequence& seq, const SequenceStepOutput& output,
                      const std::vector<int32_t>& proposals) const;

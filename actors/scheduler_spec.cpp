@@ -177,7 +177,6 @@ int Scheduler::count_accepted(const Sequence& seq, const SequenceStepOutput& out
 }
 
 void Scheduler::apply_decode_row(SequenceGroup& group, Sequence& seq,
-                                 const ScheduledSequence& scheduled,
                                  const SequenceStepOutput& output, const PendingRow& row,
                                  RequestUpdate& update) {
   const std::vector<model::TokenLogprob>& samples = output.samples;

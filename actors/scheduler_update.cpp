@@ -99,8 +99,8 @@ RequestUpdate Scheduler::sample_step(SequenceGroup& group, const StepInput& inpu
       if (i < reported.size()) update.seqs.back().logprobs.push_back(reported[i]);
     };
     if (group.forked) {
-      apply_decode_row(group, *group.find(input.seqs[row].seq_id), input.seqs[row],
-                       output.seqs[row], applied[row], update);
+      apply_decode_row(group, *group.find(input.seqs[row].seq_id), output.seqs[row], applied[row],
+                       update);
       continue;
     }
     // The prompt's logits: fork the one sequence into best_of children that share its blocks

@@ -42,7 +42,13 @@ Sequence* SequenceGroup::find(uint64_t seq_id) {
 
 std::vector<int32_t> SequenceGroup::tokens(const Sequence& seq) const {
   std::vector<int32_t> out(prompt_token_ids);
-  out.insert(out.end(), seq.output_token_ids.begin(), seq.output_token_ids.end());
+  const std::vector<int32_t> generated = output_tokens(seq);
+  out.insert(out.end(), generated.begin(), generated.end());
+  return out;
+}
+
+std::vector<int32_t> SequenceGroup::output_tokens(const Sequence& seq) const {
+  std::vector<int32_t> out(seq.output_token_ids);
   for (const PendingRow& row : seq.pending_rows) {
     out.insert(out.end(), static_cast<size_t>(row.num_proposals), kProposalSlotToken);
     out.push_back(kPlaceholderToken);

@@ -113,6 +113,8 @@ struct SequenceGroup {
   }
   // prompt + outputs + per pending row a kProposalSlotToken per proposal and a kPlaceholderToken
   std::vector<int32_t> tokens(const Sequence& seq) const;
+  // tokens(seq) without the prompt: what the sequence generated and its pending rows stand for.
+  std::vector<int32_t> output_tokens(const Sequence& seq) const;
   // prompt + outputs: the tokens whose values are known.
   int num_known_tokens(const Sequence& seq) const {
     return static_cast<int>(prompt_token_ids.size() + seq.output_token_ids.size());
