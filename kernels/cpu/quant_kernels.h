@@ -7,16 +7,21 @@
 // Every quant is stored unsigned, u = q + offset (Q8_0: +128, Q4_0: +8, Q5_0: +16, Q6_K: +32;
 // Q5_1 and Q4_K/Q5_K are unsigned already), so a VNNI kernel multiplies weights (u8) by
 // activations (s8) with vpdpbusd and folds the offset back with the activations' block sums.
-// A tile of nb blocks is two regions, each a multiple of 64 bytes:
-//   A (scales): for each block, f16 d[16] then, for Q5_1 / Q4_K / Q5_K, f16 m[16] (the min,
-//     dmin for the K types): ggml's f16 bits, widened exactly (vcvtph2ps) by the kernels, so
-//     the tile holds no more bytes than ggml's rows. Padded with zeros to 64 bytes.
-//   B (quants): for each block,
-//     K types only: the sub-block scales unpacked to one byte each, column-minor:
+// A tile of nb blocks is one stream of groups, each a 64-byte line of scales followed by the
+// quants of the group's blocks: 2 blocks a group for Q8_0, Q4_0 and Q5_0 (32 bytes of scales
+// each; the tile's last group may hold one, its line half zero), 1 for the others. For a block:
+//   scales: f16 d[16] then, for Q5_1 / Q4_K / Q5_K, f16 m[16] (the min, dmin for the K types):
+//     ggml's f16 bits, widened exactly (vcvtph2ps) by the kernels; Q6_K's line is half padding;
+//   quants: K types only: the sub-block scales unpacked to one byte each, column-minor:
 //       Q4_K/Q5_K: u8 sc[8][16] then u8 min[8][16]; Q6_K: s8 sc[16][16]   (256 bytes)
 //     then for each 32-element chunk of the block (1 or 8 chunks):
 //       Q5_0/Q5_1/Q5_K: the fifth bits, 64 bytes; Q6_K: bits 4-5, 128 bytes (see below)
 //       Q8_0: 512 bytes; the others: 256 bytes of low nibbles.
+// So a tile holds as many bytes as ggml's rows, 3% more for Q4_K / Q5_K (the sub-block scales
+// a byte each) and 1% more for Q6_K (the padding). Why a tile is one stream: with all its
+// blocks' scales first and the quants after, a batch-1 product read memory at 0.75-0.85 of a
+// plain read loop on this machine's Zen 5 cores, whatever the software prefetch; read front to
+// back it reads as fast as the loop (docs/PERFORMANCE.md, "One stream a tile").
 // Within a chunk, "vector g" (g = 0..7) is 64 bytes in which byte 4c + i is u[column c][4g+i]:
 // a zmm of 16 int32 lanes, one column a lane, each lane four consecutive k (the operand order
 // of vpdpbusd against a broadcast 4-byte activation group). Q8_0 stores vectors 0..7 as they
@@ -54,8 +59,7 @@ void dequantize_decoded(QuantType type, const DecodedBlock& block, float* dst);
 // Usable at compile time (the SIMD kernels are templates on the type): K type (256-value blocks
 // with sub-block scales), a minimum per block, bits per quant, the offset that makes quants
 // unsigned (128, 8, 16, 0, 0, 0, 32), and, for the tile layout below, a block's bytes of f16
-// scales in region A and a 32-value chunk's bytes in region B (high bits, then low nibbles or
-// bytes).
+// scales and a 32-value chunk's bytes of quants (high bits, then low nibbles or bytes).
 constexpr bool is_k(QuantType t) {
   return t == QuantType::kQ4_K || t == QuantType::kQ5_K || t == QuantType::kQ6_K;
 }
@@ -82,29 +86,52 @@ constexpr int offset_of(QuantType t) {
          : t == QuantType::kQ6_K ? 32
                                  : 0;
 }
+// A block's bytes of f16 scales, and of quants (a K block's 256 bytes of sub-block scales and
+// minima, then its 8 chunks; otherwise one chunk).
 constexpr int tile_scale_bytes(QuantType t) { return has_min(t) ? 64 : 32; }
 constexpr int high_bytes(QuantType t) { return bits_of(t) == 5 ? 64 : bits_of(t) == 6 ? 128 : 0; }
 constexpr int chunk_bytes(QuantType t) { return high_bytes(t) + (bits_of(t) == 8 ? 512 : 256); }
-// A block's bytes in region B (TileLayout::block_bytes): a K block's 256 bytes of sub-block
-// scales and minima, then its 8 chunks; otherwise one chunk.
 constexpr size_t tile_block_bytes(QuantType t) {
   return is_k(t) ? 256 + 8 * static_cast<size_t>(chunk_bytes(t)) : chunk_bytes(t);
 }
 
 // ---- Tile layout ----------------------------------------------------------------------------
 
+constexpr size_t kTileScaleLine = 64;  // a group's scales: one cache line
+constexpr int tile_group_blocks(QuantType t) {
+  return is_k(t) ? 1 : static_cast<int>(kTileScaleLine) / tile_scale_bytes(t);
+}
+constexpr size_t tile_group_bytes(QuantType t) {
+  return kTileScaleLine + tile_group_blocks(t) * tile_block_bytes(t);
+}
+// Where block b's scales and quants start in its tile.
+constexpr size_t tile_scale_offset(QuantType t, int b) {
+  return (b / tile_group_blocks(t)) * tile_group_bytes(t) +
+         (b % tile_group_blocks(t)) * static_cast<size_t>(tile_scale_bytes(t));
+}
+constexpr size_t tile_quant_offset(QuantType t, int b) {
+  return (b / tile_group_blocks(t)) * tile_group_bytes(t) + kTileScaleLine +
+         (b % tile_group_blocks(t)) * tile_block_bytes(t);
+}
+
 struct TileLayout {
-  int blocks = 0;          // nb = k / block elements
-  size_t scale_bytes = 0;  // region A, padded to 64
-  size_t block_bytes = 0;  // region B bytes per block
-  size_t tile_bytes = 0;   // scale_bytes + blocks * block_bytes
+  int blocks = 0;         // nb = k / block elements
+  size_t tile_bytes = 0;  // every group's scale line and every block's quants
 };
 TileLayout tile_layout(QuantType type, int k);
+
+// The kernels load quants with aligned 64-byte loads, so every block's quants start on a line.
+static_assert(tile_block_bytes(QuantType::kQ8_0) % kTileScaleLine == 0 &&
+              tile_block_bytes(QuantType::kQ4_0) % kTileScaleLine == 0 &&
+              tile_block_bytes(QuantType::kQ5_0) % kTileScaleLine == 0 &&
+              tile_block_bytes(QuantType::kQ5_1) % kTileScaleLine == 0 &&
+              tile_block_bytes(QuantType::kQ4_K) % kTileScaleLine == 0 &&
+              tile_block_bytes(QuantType::kQ5_K) % kTileScaleLine == 0 &&
+              tile_block_bytes(QuantType::kQ6_K) % kTileScaleLine == 0);
+
 // Writes block `b` of column `col` (0..15) into a tile; reads it back.
-void pack_tile_block(QuantType type, const TileLayout& layout, const DecodedBlock& block, int b,
-                     int col, std::byte* tile);
-void unpack_tile_block(QuantType type, const TileLayout& layout, const std::byte* tile, int b,
-                       int col, DecodedBlock& out);
+void pack_tile_block(QuantType type, const DecodedBlock& block, int b, int col, std::byte* tile);
+void unpack_tile_block(QuantType type, const std::byte* tile, int b, int col, DecodedBlock& out);
 
 // ---- Quantized activations ----------------------------------------------------------------
 // Each row of x is cut into blocks of `block` (32, or 256 for the K types) values:

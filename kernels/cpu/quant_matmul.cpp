@@ -96,18 +96,17 @@ TileLayout tile_layout(QuantType type, int k) {
   TileLayout layout;
   const int elements = quant_block_elements(type);
   layout.blocks = k / elements;
-  layout.scale_bytes = round_up(layout.blocks * tile_scale_bytes(type), kAlignment);
-  layout.block_bytes = tile_block_bytes(type);
-  layout.tile_bytes = layout.scale_bytes + layout.blocks * layout.block_bytes;
+  // Every group's scale line, the last group's too, however few blocks it holds.
+  const int groups = (layout.blocks + tile_group_blocks(type) - 1) / tile_group_blocks(type);
+  layout.tile_bytes = groups * kTileScaleLine + layout.blocks * tile_block_bytes(type);
   return layout;
 }
 
-void pack_tile_block(QuantType type, const TileLayout& layout, const DecodedBlock& block, int b,
-                     int col, std::byte* tile) {
-  std::byte* scales = tile + b * tile_scale_bytes(type);
+void pack_tile_block(QuantType type, const DecodedBlock& block, int b, int col, std::byte* tile) {
+  std::byte* scales = tile + tile_scale_offset(type, b);
   std::memcpy(scales + 2 * col, &block.d, 2);
   if (has_min(type)) std::memcpy(scales + 32 + 2 * col, &block.m, 2);
-  std::byte* p = tile + layout.scale_bytes + b * layout.block_bytes;
+  std::byte* p = tile + tile_quant_offset(type, b);
   if (is_k(type)) {
     const bool q6 = type == QuantType::kQ6_K;
     for (int j = 0; j < (q6 ? 16 : 8); ++j) p[16 * j + col] = static_cast<std::byte>(block.sc[j]);
@@ -121,13 +120,12 @@ void pack_tile_block(QuantType type, const TileLayout& layout, const DecodedBloc
   }
 }
 
-void unpack_tile_block(QuantType type, const TileLayout& layout, const std::byte* tile, int b,
-                       int col, DecodedBlock& out) {
+void unpack_tile_block(QuantType type, const std::byte* tile, int b, int col, DecodedBlock& out) {
   out = DecodedBlock{};
-  const std::byte* scales = tile + b * tile_scale_bytes(type);
+  const std::byte* scales = tile + tile_scale_offset(type, b);
   std::memcpy(&out.d, scales + 2 * col, 2);
   if (has_min(type)) std::memcpy(&out.m, scales + 32 + 2 * col, 2);
-  const std::byte* p = tile + layout.scale_bytes + b * layout.block_bytes;
+  const std::byte* p = tile + tile_quant_offset(type, b);
   if (is_k(type)) {
     const bool q6 = type == QuantType::kQ6_K;
     for (int j = 0; j < (q6 ? 16 : 8); ++j) out.sc[j] = std::to_integer<int8_t>(p[16 * j + col]);
@@ -246,7 +244,7 @@ void quant_tile_portable(const QuantizedActs& x, const QuantizedWeight& w, const
     float acc[kRows][kTileCols] = {};
     for (int b = 0; b < layout.blocks; ++b) {
       for (int c = 0; c < cols; ++c) {
-        unpack_tile_block(type, layout, base, b, c, blocks[c]);
+        unpack_tile_block(type, base, b, c, blocks[c]);
         wd[c] = f16_to_f32(blocks[c].d);
         wm[c] = f16_to_f32(blocks[c].m);
       }
@@ -304,7 +302,7 @@ void pack_row(QuantType type, int k, const std::byte* src, int row, std::byte* s
   detail::DecodedBlock block;
   for (int b = 0; b < layout.blocks; ++b) {
     detail::decode_block(type, src + b * quant_block_bytes(type), block);
-    detail::pack_tile_block(type, layout, block, b, row % detail::kTileCols, tile);
+    detail::pack_tile_block(type, block, b, row % detail::kTileCols, tile);
   }
 }
 
@@ -348,7 +346,7 @@ void QuantizedWeight::dequantize_row_to(int row, float* out) const {
   const int elements = quant_block_elements(type_);
   detail::DecodedBlock block;
   for (int b = 0; b < layout.blocks; ++b) {
-    detail::unpack_tile_block(type_, layout, tile, b, row % detail::kTileCols, block);
+    detail::unpack_tile_block(type_, tile, b, row % detail::kTileCols, block);
     detail::dequantize_decoded(type_, block, out + static_cast<size_t>(b) * elements);
   }
 }

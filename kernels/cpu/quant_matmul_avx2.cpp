@@ -34,8 +34,6 @@ namespace pagedserve::kernels::detail {
 namespace {
 
 constexpr int kMaxRows = 4;  // activation rows per pass over a tile (16 ymm registers)
-// As in quant_matmul_avx512.cpp: the first pass over a tile prefetches this far ahead.
-constexpr uintptr_t kPrefetchAheadBytes = 8192;
 
 // Whether the decoded quants are Q8_0's signed q = u - 128 (the non-VNNI Q8_0 kernel).
 template <QuantType T, bool kVnni>
@@ -181,101 +179,126 @@ PS_TARGET_AVX2 inline __m256i min_sum(const __m256i (&pairs)[4], const int32_t* 
   return n;
 }
 
-// Columns of one tile (cols of them) for R activation rows starting at row r0.
+// The activation rows a pass over a tile multiplies: R rows from r0 (quant_kernels.h).
+struct ActRows {
+  const int8_t* q;      // row r's quants at q + r * ldq
+  const float* ad;      // row r's block scales at ad + r * nb
+  const int32_t* sums;  // row r's 16-value sums at sums + r * lds
+  size_t ldq, lds;
+  int nb;
+};
+
+// acc[h][r] += block b's contribution to columns 8h..8h+7 for each of the R rows, in the order
+// of quant_matmul.cpp's contract (as quant_matmul_avx512.cpp's add_block).
+template <QuantType T, bool kVnni, int R>
+PS_TARGET_AVX2 __attribute__((always_inline)) inline void add_block(const ActRows& x,
+                                                                    const std::byte* scales,
+                                                                    const std::byte* quants, int b,
+                                                                    __m256 (&acc)[2][R]) {
+  constexpr int kElements = is_k(T) ? 256 : 32;
+  const size_t ldq = x.ldq;
+  const size_t lds = x.lds;
+  const int nb = x.nb;
+  const float* ad = x.ad;
+  const int8_t* qb = x.q + static_cast<size_t>(b) * kElements;
+  const int32_t* sb = x.sums + static_cast<size_t>(b) * (kElements / 16);
+  for (int h = 0; h < 2; ++h) {
+    const __m256 wd = load_f16(scales + 16 * h);
+    if constexpr (!is_k(T)) {
+      __m256i w[8];
+      decode_half<T, kVnni>(quants, h, w);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const int8_t* a = qb + r * ldq;
+        const int32_t* s = sb + r * lds;
+        const int offset = kSignedQ8<T, kVnni> ? 0 : offset_of(T);
+        const __m256i i = dot<T, kVnni, 0, 8>(_mm256_set1_epi32(-offset * (s[0] + s[1])), w, a);
+        const __m256 ad_r = _mm256_set1_ps(ad[r * nb + b]);
+        acc[h][r] = _mm256_fmadd_ps(_mm256_mul_ps(wd, ad_r), _mm256_cvtepi32_ps(i), acc[h][r]);
+        if constexpr (T == QuantType::kQ5_1) {
+          const __m256 wm = load_f16(scales + 32 + 16 * h);
+          acc[h][r] = _mm256_fmadd_ps(_mm256_mul_ps(wm, ad_r),
+                                      _mm256_set1_ps(static_cast<float>(s[0] + s[1])), acc[h][r]);
+        }
+      }
+    } else {
+      __m256i isum[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+      const std::byte* chunk = quants + 256;
+      for (int ch = 0; ch < 8; ++ch, chunk += chunk_bytes(T)) {
+        __m256i w[8];
+        decode_half<T, kVnni>(chunk, h, w);
+        if constexpr (T == QuantType::kQ6_K) {
+          const __m256i sc0 = _mm256_cvtepi8_epi32(load8(quants + 32 * ch + 8 * h));
+          const __m256i sc1 = _mm256_cvtepi8_epi32(load8(quants + 32 * ch + 16 + 8 * h));
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) {
+            const int8_t* a = qb + r * ldq + 32 * ch;
+            const int32_t* s = sb + r * lds + 2 * ch;
+            const __m256i t0 = dot<T, kVnni, 0, 4>(_mm256_set1_epi32(-32 * s[0]), w, a);
+            const __m256i t1 = dot<T, kVnni, 4, 4>(_mm256_set1_epi32(-32 * s[1]), w, a);
+            isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(_mm256_mullo_epi32(t0, sc0),
+                                                                 _mm256_mullo_epi32(t1, sc1)));
+          }
+        } else {
+          const __m256i sc = _mm256_cvtepu8_epi32(load8(quants + 16 * ch + 8 * h));
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) {
+            const int8_t* a = qb + r * ldq + 32 * ch;
+            const __m256i t = dot<T, kVnni, 0, 8>(_mm256_setzero_si256(), w, a);
+            isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(t, sc));
+          }
+        }
+      }
+      __m256 wm = _mm256_setzero_ps();
+      __m256i pairs[4];
+      if constexpr (T != QuantType::kQ6_K) {
+        wm = load_f16(scales + 32 + 16 * h);
+        min_pairs(quants + 128, h, pairs);
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256 ad_r = _mm256_set1_ps(ad[r * nb + b]);
+        acc[h][r] =
+            _mm256_fmadd_ps(_mm256_mul_ps(wd, ad_r), _mm256_cvtepi32_ps(isum[r]), acc[h][r]);
+        if constexpr (T != QuantType::kQ6_K) {
+          const __m256i n = min_sum(pairs, sb + r * lds);
+          acc[h][r] = _mm256_fnmadd_ps(_mm256_mul_ps(wm, ad_r), _mm256_cvtepi32_ps(n), acc[h][r]);
+        }
+      }
+    }
+  }
+}
+
+// Columns of one tile (cols of them) for R activation rows starting at row r0, a group of
+// blocks (their scale line, then their quants: quant_kernels.h) at a time.
 template <QuantType T, bool kVnni, int R>
 PS_TARGET_AVX2 void tile_rows(const QuantizedActs& x, const TileLayout& layout,
-                              const std::byte* tile, int r0, float* out, int ldo, int cols,
-                              bool prefetch) {
-  constexpr int kElements = is_k(T) ? 256 : 32;
-  constexpr int kScaleBytes = tile_scale_bytes(T);
+                              const std::byte* tile, int r0, float* out, int ldo, int cols) {
   const int nb = layout.blocks;
-  const size_t ldq = static_cast<size_t>(x.k);
-  const size_t lds = static_cast<size_t>(x.k / 16);
-  const int8_t* q = x.q + r0 * ldq;
-  const float* ad = x.d + static_cast<size_t>(r0) * nb;
-  const int32_t* sums = x.sums + r0 * lds;
+  const ActRows rows{x.q + r0 * static_cast<size_t>(x.k),
+                     x.d + static_cast<size_t>(r0) * nb,
+                     x.sums + r0 * static_cast<size_t>(x.k / 16),
+                     static_cast<size_t>(x.k),
+                     static_cast<size_t>(x.k / 16),
+                     nb};
   __m256 acc[2][R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
-  // A constant per type, so that the prefetches unroll (as in quant_matmul_avx512.cpp).
   constexpr size_t kBlockBytes = tile_block_bytes(T);
-  const std::byte* scales = tile;
-  const std::byte* quants = tile + layout.scale_bytes;
-  for (int b = 0; b < nb; ++b, scales += kScaleBytes, quants += kBlockBytes) {
-    if (prefetch) {
-      const uintptr_t ahead = reinterpret_cast<uintptr_t>(quants) + kPrefetchAheadBytes;
-#pragma GCC unroll 40
-      for (size_t off = 0; off < kBlockBytes; off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
-      }
-    }
-    const int8_t* qb = q + static_cast<size_t>(b) * kElements;
-    const int32_t* sb = sums + static_cast<size_t>(b) * (kElements / 16);
-    for (int h = 0; h < 2; ++h) {
-      const __m256 wd = load_f16(scales + 16 * h);
-      if constexpr (!is_k(T)) {
-        __m256i w[8];
-        decode_half<T, kVnni>(quants, h, w);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const int8_t* a = qb + r * ldq;
-          const int32_t* s = sb + r * lds;
-          const int offset = kSignedQ8<T, kVnni> ? 0 : offset_of(T);
-          const __m256i i = dot<T, kVnni, 0, 8>(_mm256_set1_epi32(-offset * (s[0] + s[1])), w, a);
-          const __m256 ad_r = _mm256_set1_ps(ad[r * nb + b]);
-          acc[h][r] = _mm256_fmadd_ps(_mm256_mul_ps(wd, ad_r), _mm256_cvtepi32_ps(i), acc[h][r]);
-          if constexpr (T == QuantType::kQ5_1) {
-            const __m256 wm = load_f16(scales + 32 + 16 * h);
-            acc[h][r] = _mm256_fmadd_ps(_mm256_mul_ps(wm, ad_r),
-                                        _mm256_set1_ps(static_cast<float>(s[0] + s[1])), acc[h][r]);
-          }
-        }
-      } else {
-        __m256i isum[R];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
-        const std::byte* chunk = quants + 256;
-        for (int ch = 0; ch < 8; ++ch, chunk += chunk_bytes(T)) {
-          __m256i w[8];
-          decode_half<T, kVnni>(chunk, h, w);
-          if constexpr (T == QuantType::kQ6_K) {
-            const __m256i sc0 = _mm256_cvtepi8_epi32(load8(quants + 32 * ch + 8 * h));
-            const __m256i sc1 = _mm256_cvtepi8_epi32(load8(quants + 32 * ch + 16 + 8 * h));
-#pragma GCC unroll 8
-            for (int r = 0; r < R; ++r) {
-              const int8_t* a = qb + r * ldq + 32 * ch;
-              const int32_t* s = sb + r * lds + 2 * ch;
-              const __m256i t0 = dot<T, kVnni, 0, 4>(_mm256_set1_epi32(-32 * s[0]), w, a);
-              const __m256i t1 = dot<T, kVnni, 4, 4>(_mm256_set1_epi32(-32 * s[1]), w, a);
-              isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(_mm256_mullo_epi32(t0, sc0),
-                                                                   _mm256_mullo_epi32(t1, sc1)));
-            }
-          } else {
-            const __m256i sc = _mm256_cvtepu8_epi32(load8(quants + 16 * ch + 8 * h));
-#pragma GCC unroll 8
-            for (int r = 0; r < R; ++r) {
-              const int8_t* a = qb + r * ldq + 32 * ch;
-              const __m256i t = dot<T, kVnni, 0, 8>(_mm256_setzero_si256(), w, a);
-              isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(t, sc));
-            }
-          }
-        }
-        __m256 wm = _mm256_setzero_ps();
-        __m256i pairs[4];
-        if constexpr (T != QuantType::kQ6_K) {
-          wm = load_f16(scales + 32 + 16 * h);
-          min_pairs(quants + 128, h, pairs);
-        }
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const __m256 ad_r = _mm256_set1_ps(ad[r * nb + b]);
-          acc[h][r] =
-              _mm256_fmadd_ps(_mm256_mul_ps(wd, ad_r), _mm256_cvtepi32_ps(isum[r]), acc[h][r]);
-          if constexpr (T != QuantType::kQ6_K) {
-            const __m256i n = min_sum(pairs, sb + r * lds);
-            acc[h][r] = _mm256_fnmadd_ps(_mm256_mul_ps(wm, ad_r), _mm256_cvtepi32_ps(n), acc[h][r]);
-          }
-        }
+  // A group (a scale line, then one or two blocks' quants) at a time: a tile is one stream,
+  // which the hardware prefetcher follows. With the scales beside the quants, the software
+  // prefetches 8 KB ahead this loop had made batch-1 decode slower (Q4_K_M, AVX-512) or no
+  // faster (AVX2, and Q8_0), so there are none.
+  constexpr int kGroup = tile_group_blocks(T);
+  const std::byte* group = tile;
+  for (int b = 0; b < nb; b += kGroup, group += tile_group_bytes(T)) {
+    add_block<T, kVnni, R>(rows, group, group + kTileScaleLine, b, acc);
+    if constexpr (kGroup == 2) {
+      if (b + 1 < nb) {
+        add_block<T, kVnni, R>(rows, group + tile_scale_bytes(T),
+                               group + kTileScaleLine + kBlockBytes, b + 1, acc);
       }
     }
   }
@@ -303,15 +326,15 @@ void tile_all_rows(const QuantizedActs& x, const QuantizedWeight& w, const TileL
   float* o = out + tile * kTileCols;
   int r = 0;
   for (; r + kMaxRows <= x.m; r += kMaxRows) {
-    tile_rows<T, kVnni, kMaxRows>(x, layout, base, r, o, ldo, cols, r == 0);
+    tile_rows<T, kVnni, kMaxRows>(x, layout, base, r, o, ldo, cols);
   }
   switch (x.m - r) {
     case 3:
-      return tile_rows<T, kVnni, 3>(x, layout, base, r, o, ldo, cols, r == 0);
+      return tile_rows<T, kVnni, 3>(x, layout, base, r, o, ldo, cols);
     case 2:
-      return tile_rows<T, kVnni, 2>(x, layout, base, r, o, ldo, cols, r == 0);
+      return tile_rows<T, kVnni, 2>(x, layout, base, r, o, ldo, cols);
     case 1:
-      return tile_rows<T, kVnni, 1>(x, layout, base, r, o, ldo, cols, r == 0);
+      return tile_rows<T, kVnni, 1>(x, layout, base, r, o, ldo, cols);
     default:
       return;
   }

@@ -22,10 +22,7 @@
 namespace pagedserve::kernels::detail {
 namespace {
 
-constexpr int kMaxRows = 8;  // activation rows per pass over a tile
-// How far ahead of the loads the first pass over a tile (the one that streams it from memory)
-// prefetches, into the next tiles, which parallel_for_contiguous usually gives the same thread.
-constexpr uintptr_t kPrefetchAheadBytes = 8192;
+constexpr int kMaxRows = 8;              // activation rows per pass over a tile
 constexpr __mmask16 kAllLanes = 0xffff;  // see matmul_avx512.cpp (GCC 12's undefined operands)
 
 // acc += the dot products of each lane's 4 unsigned quants with the 4 activations at a, in
@@ -153,123 +150,146 @@ PS_TARGET_AVX512 inline __m512i min_sum(const __m512i (&pairs)[4], const int32_t
   return n;
 }
 
-// Columns of one tile for R activation rows starting at row r0.
+// The activation rows a pass over a tile multiplies: R rows from r0 (quant_kernels.h).
+struct ActRows {
+  const int8_t* q;      // row r's quants at q + r * ldq
+  const float* ad;      // row r's block scales at ad + r * nb
+  const int32_t* sums;  // row r's 16-value sums at sums + r * lds
+  size_t ldq, lds;
+  int nb;
+};
+
+// acc[r] += block b's contribution for each of the R rows, in the order quant_matmul.cpp's
+// contract gives (so calling it for b = 0, 1, ... gives the portable kernel's bits).
 template <QuantType T, bool kVnni, int R>
-PS_TARGET_AVX512 void tile_rows(const QuantizedActs& x, const TileLayout& layout,
-                                const std::byte* tile, int r0, float* out, int ldo,
-                                __mmask16 store_mask, bool prefetch) {
+PS_TARGET_AVX512 __attribute__((always_inline)) inline void add_block(const ActRows& x,
+                                                                      const std::byte* scales,
+                                                                      const std::byte* quants,
+                                                                      int b, __m512 (&acc)[R]) {
   using D = Dot<kVnni>;
   constexpr int kElements = is_k(T) ? 256 : 32;
-  constexpr int kScaleBytes = tile_scale_bytes(T);
-  const int nb = layout.blocks;
-  const size_t ldq = static_cast<size_t>(x.k);
-  const size_t lds = static_cast<size_t>(x.k / 16);
-  const int8_t* q = x.q + r0 * ldq;
-  const float* ad = x.d + static_cast<size_t>(r0) * nb;
-  const int32_t* sums = x.sums + r0 * lds;
-  __m512 acc[R];
+  const size_t ldq = x.ldq;
+  const size_t lds = x.lds;
+  const int nb = x.nb;
+  const float* ad = x.ad;
+  const __m512 wd = load_f16(scales);
+  __m512i isum[R];
+  const int8_t* qb = x.q + static_cast<size_t>(b) * kElements;
+  const int32_t* sb = x.sums + static_cast<size_t>(b) * (kElements / 16);
+  if constexpr (!is_k(T)) {
+    __m512i w[8];
+    decode_chunk<T>(quants, w);
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  // The block's bytes in region B (layout.block_bytes), a constant per type: the prefetches
-  // below unroll into straight-line code instead of a loop of as many iterations.
-  constexpr size_t kBlockBytes = tile_block_bytes(T);
-  const std::byte* scales = tile;
-  const std::byte* quants = tile + layout.scale_bytes;
-  for (int b = 0; b < nb; ++b, scales += kScaleBytes, quants += kBlockBytes) {
-    if (prefetch) {
-      // One prefetch per line of this block, kPrefetchAheadBytes on (as an integer: the address
-      // may lie past the allocation, which a prefetch ignores and pointer arithmetic may not).
-      const uintptr_t ahead = reinterpret_cast<uintptr_t>(quants) + kPrefetchAheadBytes;
-#pragma GCC unroll 40
-      for (size_t off = 0; off < kBlockBytes; off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
-      }
+    for (int r = 0; r < R; ++r) {
+      const int8_t* a = qb + r * ldq;
+      const int32_t* s = sb + r * lds;
+      __m512i i = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) i = D::add(i, w[g], a + 4 * g);
+      isum[r] = _mm512_sub_epi32(i, _mm512_set1_epi32(offset_of(T) * (s[0] + s[1])));
     }
-    const __m512 wd = load_f16(scales);
-    __m512i isum[R];
-    const int8_t* qb = q + static_cast<size_t>(b) * kElements;
-    const int32_t* sb = sums + static_cast<size_t>(b) * (kElements / 16);
-    if constexpr (!is_k(T)) {
+  } else {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
+    const std::byte* chunk = quants + 256;
+    for (int ch = 0; ch < 8; ++ch, chunk += chunk_bytes(T)) {
       __m512i w[8];
-      decode_chunk<T>(quants, w);
+      decode_chunk<T>(chunk, w);
+      if constexpr (T == QuantType::kQ6_K) {
+        const auto* sc = reinterpret_cast<const __m128i*>(quants + 32 * ch);
+        const __m512i sc0 = _mm512_maskz_cvtepi8_epi32(kAllLanes, _mm_load_si128(sc));
+        const __m512i sc1 = _mm512_maskz_cvtepi8_epi32(kAllLanes, _mm_load_si128(sc + 1));
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const int8_t* a = qb + r * ldq;
-        const int32_t* s = sb + r * lds;
-        __m512i i = _mm512_set1_epi32(-offset_of(T) * (s[0] + s[1]));
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; ++g) i = D::add(i, w[g], a + 4 * g);
-        isum[r] = i;
-      }
-    } else {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
-      const std::byte* chunk = quants + 256;
-      for (int ch = 0; ch < 8; ++ch, chunk += chunk_bytes(T)) {
-        __m512i w[8];
-        decode_chunk<T>(chunk, w);
-        if constexpr (T == QuantType::kQ6_K) {
-          const auto* sc = reinterpret_cast<const __m128i*>(quants + 32 * ch);
-          const __m512i sc0 = _mm512_maskz_cvtepi8_epi32(kAllLanes, _mm_load_si128(sc));
-          const __m512i sc1 = _mm512_maskz_cvtepi8_epi32(kAllLanes, _mm_load_si128(sc + 1));
-#pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) {
-            const int8_t* a = qb + r * ldq + 32 * ch;
-            const int32_t* s = sb + r * lds + 2 * ch;
-            __m512i t0 = _mm512_set1_epi32(-32 * s[0]);
-            __m512i t1 = _mm512_set1_epi32(-32 * s[1]);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* a = qb + r * ldq + 32 * ch;
+          const int32_t* s = sb + r * lds + 2 * ch;
+          __m512i t0 = _mm512_set1_epi32(-32 * s[0]);
+          __m512i t1 = _mm512_set1_epi32(-32 * s[1]);
 #pragma GCC unroll 4
-            for (int g = 0; g < 4; ++g) {
-              t0 = D::add(t0, w[g], a + 4 * g);
-              t1 = D::add(t1, w[g + 4], a + 4 * (g + 4));
-            }
-            isum[r] = _mm512_add_epi32(isum[r], _mm512_add_epi32(_mm512_mullo_epi32(t0, sc0),
-                                                                 _mm512_mullo_epi32(t1, sc1)));
+          for (int g = 0; g < 4; ++g) {
+            t0 = D::add(t0, w[g], a + 4 * g);
+            t1 = D::add(t1, w[g + 4], a + 4 * (g + 4));
           }
-        } else {
-          const __m512i sc = _mm512_maskz_cvtepu8_epi32(
-              kAllLanes, _mm_load_si128(reinterpret_cast<const __m128i*>(quants + 16 * ch)));
+          isum[r] = _mm512_add_epi32(
+              isum[r], _mm512_add_epi32(_mm512_mullo_epi32(t0, sc0), _mm512_mullo_epi32(t1, sc1)));
+        }
+      } else {
+        const __m512i sc = _mm512_maskz_cvtepu8_epi32(
+            kAllLanes, _mm_load_si128(reinterpret_cast<const __m128i*>(quants + 16 * ch)));
 #pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) {
-            const int8_t* a = qb + r * ldq + 32 * ch;
-            __m512i t = _mm512_setzero_si512();
+        for (int r = 0; r < R; ++r) {
+          const int8_t* a = qb + r * ldq + 32 * ch;
+          __m512i t = _mm512_setzero_si512();
 #pragma GCC unroll 8
-            for (int g = 0; g < 8; ++g) t = D::add(t, w[g], a + 4 * g);
-            isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(t, sc));
-          }
+          for (int g = 0; g < 8; ++g) t = D::add(t, w[g], a + 4 * g);
+          isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(t, sc));
         }
       }
     }
-    if constexpr (T == QuantType::kQ4_K || T == QuantType::kQ5_K) {
-      const __m512 wm = load_f16(scales + 32);
-      __m512i pairs[4];
-      min_pairs(quants + 128, pairs);
+  }
+  if constexpr (T == QuantType::kQ4_K || T == QuantType::kQ5_K) {
+    const __m512 wm = load_f16(scales + 32);
+    __m512i pairs[4];
+    min_pairs(quants + 128, pairs);
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const __m512 ad_r = _mm512_set1_ps(ad[r * nb + b]);
-        const __m512i n = min_sum<kVnni>(pairs, sb + r * lds);
-        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(wd, ad_r),
-                                 _mm512_maskz_cvtepi32_ps(kAllLanes, isum[r]), acc[r]);
-        acc[r] = _mm512_fnmadd_ps(_mm512_mul_ps(wm, ad_r), _mm512_maskz_cvtepi32_ps(kAllLanes, n),
-                                  acc[r]);
-      }
-    } else if constexpr (T == QuantType::kQ5_1) {
-      const __m512 wm = load_f16(scales + 32);
+    for (int r = 0; r < R; ++r) {
+      const __m512 ad_r = _mm512_set1_ps(ad[r * nb + b]);
+      const __m512i n = min_sum<kVnni>(pairs, sb + r * lds);
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(wd, ad_r),
+                               _mm512_maskz_cvtepi32_ps(kAllLanes, isum[r]), acc[r]);
+      acc[r] =
+          _mm512_fnmadd_ps(_mm512_mul_ps(wm, ad_r), _mm512_maskz_cvtepi32_ps(kAllLanes, n), acc[r]);
+    }
+  } else if constexpr (T == QuantType::kQ5_1) {
+    const __m512 wm = load_f16(scales + 32);
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const __m512 ad_r = _mm512_set1_ps(ad[r * nb + b]);
-        const int32_t* s = sb + r * lds;
-        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(wd, ad_r),
-                                 _mm512_maskz_cvtepi32_ps(kAllLanes, isum[r]), acc[r]);
-        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(wm, ad_r),
-                                 _mm512_set1_ps(static_cast<float>(s[0] + s[1])), acc[r]);
-      }
-    } else {
+    for (int r = 0; r < R; ++r) {
+      const __m512 ad_r = _mm512_set1_ps(ad[r * nb + b]);
+      const int32_t* s = sb + r * lds;
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(wd, ad_r),
+                               _mm512_maskz_cvtepi32_ps(kAllLanes, isum[r]), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(wm, ad_r),
+                               _mm512_set1_ps(static_cast<float>(s[0] + s[1])), acc[r]);
+    }
+  } else {
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const __m512 ad_r = _mm512_set1_ps(ad[r * nb + b]);
-        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(wd, ad_r),
-                                 _mm512_maskz_cvtepi32_ps(kAllLanes, isum[r]), acc[r]);
+    for (int r = 0; r < R; ++r) {
+      const __m512 ad_r = _mm512_set1_ps(ad[r * nb + b]);
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(wd, ad_r),
+                               _mm512_maskz_cvtepi32_ps(kAllLanes, isum[r]), acc[r]);
+    }
+  }
+}
+
+// Columns of one tile for R activation rows starting at row r0, a group of blocks (their scale
+// line, then their quants: quant_kernels.h) at a time.
+template <QuantType T, bool kVnni, int R>
+PS_TARGET_AVX512 void tile_rows(const QuantizedActs& x, const TileLayout& layout,
+                                const std::byte* tile, int r0, float* out, int ldo,
+                                __mmask16 store_mask) {
+  const int nb = layout.blocks;
+  const ActRows rows{x.q + r0 * static_cast<size_t>(x.k),
+                     x.d + static_cast<size_t>(r0) * nb,
+                     x.sums + r0 * static_cast<size_t>(x.k / 16),
+                     static_cast<size_t>(x.k),
+                     static_cast<size_t>(x.k / 16),
+                     nb};
+  __m512 acc[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  constexpr size_t kBlockBytes = tile_block_bytes(T);
+  // A group (a scale line, then one or two blocks' quants) at a time: a tile is one stream,
+  // which the hardware prefetcher follows. With the scales beside the quants, the software
+  // prefetches 8 KB ahead this loop had made batch-1 decode slower (Q4_K_M, AVX-512) or no
+  // faster (AVX2, and Q8_0), so there are none.
+  constexpr int kGroup = tile_group_blocks(T);
+  const std::byte* group = tile;
+  for (int b = 0; b < nb; b += kGroup, group += tile_group_bytes(T)) {
+    add_block<T, kVnni, R>(rows, group, group + kTileScaleLine, b, acc);
+    if constexpr (kGroup == 2) {
+      if (b + 1 < nb) {
+        add_block<T, kVnni, R>(rows, group + tile_scale_bytes(T),
+                               group + kTileScaleLine + kBlockBytes, b + 1, acc);
       }
     }
   }
@@ -288,23 +308,23 @@ void tile_all_rows(const QuantizedActs& x, const QuantizedWeight& w, const TileL
   float* o = out + tile * kTileCols;
   int r = 0;
   for (; r + kMaxRows <= x.m; r += kMaxRows) {
-    tile_rows<T, kVnni, kMaxRows>(x, layout, base, r, o, ldo, mask, r == 0);
+    tile_rows<T, kVnni, kMaxRows>(x, layout, base, r, o, ldo, mask);
   }
   switch (x.m - r) {
     case 7:
-      return tile_rows<T, kVnni, 7>(x, layout, base, r, o, ldo, mask, r == 0);
+      return tile_rows<T, kVnni, 7>(x, layout, base, r, o, ldo, mask);
     case 6:
-      return tile_rows<T, kVnni, 6>(x, layout, base, r, o, ldo, mask, r == 0);
+      return tile_rows<T, kVnni, 6>(x, layout, base, r, o, ldo, mask);
     case 5:
-      return tile_rows<T, kVnni, 5>(x, layout, base, r, o, ldo, mask, r == 0);
+      return tile_rows<T, kVnni, 5>(x, layout, base, r, o, ldo, mask);
     case 4:
-      return tile_rows<T, kVnni, 4>(x, layout, base, r, o, ldo, mask, r == 0);
+      return tile_rows<T, kVnni, 4>(x, layout, base, r, o, ldo, mask);
     case 3:
-      return tile_rows<T, kVnni, 3>(x, layout, base, r, o, ldo, mask, r == 0);
+      return tile_rows<T, kVnni, 3>(x, layout, base, r, o, ldo, mask);
     case 2:
-      return tile_rows<T, kVnni, 2>(x, layout, base, r, o, ldo, mask, r == 0);
+      return tile_rows<T, kVnni, 2>(x, layout, base, r, o, ldo, mask);
     case 1:
-      return tile_rows<T, kVnni, 1>(x, layout, base, r, o, ldo, mask, r == 0);
+      return tile_rows<T, kVnni, 1>(x, layout, base, r, o, ldo, mask);
     default:
       return;
   }

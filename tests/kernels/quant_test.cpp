@@ -90,8 +90,8 @@ TEST(QuantFormatTest, DequantizeMatchesGgmlReferenceBitForBit) {
   }
 }
 
-// The bytes a tile holds: no more than ggml's row for the 32-blocks and Q6_K; 3% more for
-// Q4_K / Q5_K (the sub-block scales a byte each).
+// The bytes a tile holds: no more than ggml's rows for the 32-value blocks; 3% more for Q4_K /
+// Q5_K (the sub-block scales a byte each), 1% for Q6_K (its scale line half padding).
 TEST(QuantFormatTest, PackedLayoutSize) {
   for (QuantType type : kAllQuantTypes) {
     const int k = quant_block_elements(type) * 16;
