@@ -33,6 +33,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <xmmintrin.h>
+
 #include "kernels/cpu/quant.h"
 
 namespace pagedserve::kernels::detail {
@@ -112,6 +114,24 @@ constexpr size_t tile_scale_offset(QuantType t, int b) {
 constexpr size_t tile_quant_offset(QuantType t, int b) {
   return (b / tile_group_blocks(t)) * tile_group_bytes(t) + kTileScaleLine +
          (b % tile_group_blocks(t)) * tile_block_bytes(t);
+}
+
+// A kernel's pass of several activation rows over a tile does several times the work per byte
+// of a one-row pass, enough that the hardware prefetcher falls behind: the pass that streams
+// the tile from memory prefetches each group's lines kTilePrefetchAheadBytes on (the next
+// tiles, which parallel_for_contiguous usually gives the same thread). Without, batch-4 Q8_0
+// decode ran ~35% slower and batch 32 ~15%; one row reads as fast without (with them, Q4_K_M
+// batch-1 decode was slower on AVX-512).
+constexpr uintptr_t kTilePrefetchAheadBytes = 8192;
+template <size_t kBytes>
+inline void prefetch_ahead(const std::byte* p) {
+  // An integer address: it may lie past the allocation, which a prefetch ignores and pointer
+  // arithmetic may not. kBytes is a constant, so the loop unrolls into straight-line code.
+  const uintptr_t ahead = reinterpret_cast<uintptr_t>(p) + kTilePrefetchAheadBytes;
+#pragma GCC unroll 64
+  for (size_t off = 0; off < kBytes; off += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
+  }
 }
 
 struct TileLayout {

@@ -266,7 +266,7 @@ PS_TARGET_AVX512 __attribute__((always_inline)) inline void add_block(const ActR
 template <QuantType T, bool kVnni, int R>
 PS_TARGET_AVX512 void tile_rows(const QuantizedActs& x, const TileLayout& layout,
                                 const std::byte* tile, int r0, float* out, int ldo,
-                                __mmask16 store_mask) {
+                                __mmask16 store_mask, bool first_pass) {
   const int nb = layout.blocks;
   const ActRows rows{x.q + r0 * static_cast<size_t>(x.k),
                      x.d + static_cast<size_t>(r0) * nb,
@@ -279,12 +279,13 @@ PS_TARGET_AVX512 void tile_rows(const QuantizedActs& x, const TileLayout& layout
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   constexpr size_t kBlockBytes = tile_block_bytes(T);
   // A group (a scale line, then one or two blocks' quants) at a time: a tile is one stream,
-  // which the hardware prefetcher follows. With the scales beside the quants, the software
-  // prefetches 8 KB ahead this loop had made batch-1 decode slower (Q4_K_M, AVX-512) or no
-  // faster (AVX2, and Q8_0), so there are none.
+  // prefetched in software only by passes of several rows (quant_kernels.h).
   constexpr int kGroup = tile_group_blocks(T);
   const std::byte* group = tile;
   for (int b = 0; b < nb; b += kGroup, group += tile_group_bytes(T)) {
+    if constexpr (R > 1) {
+      if (first_pass) prefetch_ahead<tile_group_bytes(T)>(group);
+    }
     add_block<T, kVnni, R>(rows, group, group + kTileScaleLine, b, acc);
     if constexpr (kGroup == 2) {
       if (b + 1 < nb) {
@@ -308,23 +309,23 @@ void tile_all_rows(const QuantizedActs& x, const QuantizedWeight& w, const TileL
   float* o = out + tile * kTileCols;
   int r = 0;
   for (; r + kMaxRows <= x.m; r += kMaxRows) {
-    tile_rows<T, kVnni, kMaxRows>(x, layout, base, r, o, ldo, mask);
+    tile_rows<T, kVnni, kMaxRows>(x, layout, base, r, o, ldo, mask, r == 0);
   }
   switch (x.m - r) {
     case 7:
-      return tile_rows<T, kVnni, 7>(x, layout, base, r, o, ldo, mask);
+      return tile_rows<T, kVnni, 7>(x, layout, base, r, o, ldo, mask, r == 0);
     case 6:
-      return tile_rows<T, kVnni, 6>(x, layout, base, r, o, ldo, mask);
+      return tile_rows<T, kVnni, 6>(x, layout, base, r, o, ldo, mask, r == 0);
     case 5:
-      return tile_rows<T, kVnni, 5>(x, layout, base, r, o, ldo, mask);
+      return tile_rows<T, kVnni, 5>(x, layout, base, r, o, ldo, mask, r == 0);
     case 4:
-      return tile_rows<T, kVnni, 4>(x, layout, base, r, o, ldo, mask);
+      return tile_rows<T, kVnni, 4>(x, layout, base, r, o, ldo, mask, r == 0);
     case 3:
-      return tile_rows<T, kVnni, 3>(x, layout, base, r, o, ldo, mask);
+      return tile_rows<T, kVnni, 3>(x, layout, base, r, o, ldo, mask, r == 0);
     case 2:
-      return tile_rows<T, kVnni, 2>(x, layout, base, r, o, ldo, mask);
+      return tile_rows<T, kVnni, 2>(x, layout, base, r, o, ldo, mask, r == 0);
     case 1:
-      return tile_rows<T, kVnni, 1>(x, layout, base, r, o, ldo, mask);
+      return tile_rows<T, kVnni, 1>(x, layout, base, r, o, ldo, mask, r == 0);
     default:
       return;
   }
