@@ -103,6 +103,80 @@ TEST(QuantFormatTest, PackedLayoutSize) {
   }
 }
 
+// Where the packed tile puts each block, read from the bytes against the layout that
+// quant_kernels.h documents (written out here, not taken from its offset functions): groups of a
+// 64-byte scale line, then the quants of 2 blocks (Q8_0, Q4_0, Q5_0) or 1, so that a tile reads
+// front to back as one stream. Each block gets its own d (and m) so a misplaced one shows.
+TEST(QuantFormatTest, PackedTileIsGroupsOfAScaleLineThenQuants) {
+  struct Expected {
+    QuantType type;
+    int group_blocks;    // blocks a scale line serves
+    int scale_bytes;     // a block's part of the line
+    size_t quant_bytes;  // a block's quants after the line
+  };
+  const Expected kLayouts[] = {{QuantType::kQ8_0, 2, 32, 512},  {QuantType::kQ4_0, 2, 32, 256},
+                               {QuantType::kQ5_0, 2, 32, 320},  {QuantType::kQ5_1, 1, 64, 320},
+                               {QuantType::kQ4_K, 1, 64, 2304}, {QuantType::kQ5_K, 1, 64, 2816},
+                               {QuantType::kQ6_K, 1, 64, 3328}};
+  std::mt19937 rng(7);
+  for (const Expected& e : kLayouts) {
+    const bool has_min =
+        e.type == QuantType::kQ5_1 || e.type == QuantType::kQ4_K || e.type == QuantType::kQ5_K;
+    const int bits = e.type == QuantType::kQ8_0                                 ? 8
+                     : e.type == QuantType::kQ4_0 || e.type == QuantType::kQ4_K ? 4
+                     : e.type == QuantType::kQ6_K                               ? 6
+                                                                                : 5;
+    for (int nb : {1, 2, 3, 5}) {
+      const int n = 16;
+      const int k = nb * quant_block_elements(e.type);
+      const auto d_bits = [](int b, int c) { return static_cast<uint16_t>(0x3c00 + 32 * b + c); };
+      const auto m_bits = [](int b, int c) { return static_cast<uint16_t>(0x3800 + 32 * b + c); };
+      std::vector<std::byte> rows(n * quant_row_bytes(e.type, k));
+      std::vector<uint8_t> first_quants(static_cast<size_t>(n) * nb * 4);
+      for (int c = 0; c < n; ++c) {
+        for (int b = 0; b < nb; ++b) {
+          detail::DecodedBlock block;
+          block.d = d_bits(b, c);
+          block.m = has_min ? m_bits(b, c) : 0;
+          for (int j = 0; j < 16; ++j) block.sc[j] = static_cast<int8_t>(rng() % 32);
+          for (int j = 0; j < 8; ++j) block.mn[j] = static_cast<uint8_t>(rng() % 32);
+          for (auto& u : block.u) u = static_cast<uint8_t>(rng() % (1u << bits));
+          std::memcpy(&first_quants[(static_cast<size_t>(c) * nb + b) * 4], block.u, 4);
+          detail::encode_block(
+              e.type, block,
+              rows.data() + c * quant_row_bytes(e.type, k) + b * quant_block_bytes(e.type));
+        }
+      }
+      const QuantizedWeight w = QuantizedWeight::pack(rows.data(), e.type, n, k);
+      const size_t group_bytes = 64 + e.group_blocks * e.quant_bytes;
+      const int groups = (nb + e.group_blocks - 1) / e.group_blocks;
+      ASSERT_EQ(w.storage_bytes(), groups * size_t{64} + nb * e.quant_bytes)
+          << quant_type_name(e.type) << " nb " << nb;
+      const std::byte* tile = w.data();
+      for (int b = 0; b < nb; ++b) {
+        const std::byte* line = tile + (b / e.group_blocks) * group_bytes;
+        const std::byte* scales = line + (b % e.group_blocks) * e.scale_bytes;
+        const std::byte* quants = line + 64 + (b % e.group_blocks) * e.quant_bytes;
+        for (int c = 0; c < n; ++c) {
+          uint16_t d = 0, m = 0;
+          std::memcpy(&d, scales + 2 * c, 2);
+          std::memcpy(&m, scales + 32 + 2 * c, 2);
+          EXPECT_EQ(d, d_bits(b, c)) << quant_type_name(e.type) << " nb " << nb << " b " << b;
+          if (has_min) {
+            EXPECT_EQ(m, m_bits(b, c)) << quant_type_name(e.type) << " b " << b;
+          }
+          if (e.type == QuantType::kQ8_0) {  // vector 0: byte 4c + i is u[c][i]
+            for (int i = 0; i < 4; ++i) {
+              EXPECT_EQ(std::to_integer<uint8_t>(quants[4 * c + i]),
+                        first_quants[(static_cast<size_t>(c) * nb + b) * 4 + i]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // ---- (b) quantize_row round trips ------------------------------------------------------------
 
 // Largest per-element error the format allows where the quant is not clamped: half a step
