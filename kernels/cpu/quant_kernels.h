@@ -178,6 +178,23 @@ QuantizedActs quantize_activations_avx512(const float* x, int m, int k, int bloc
 QuantizedActs quantize_activations_avx2(const float* x, int m, int k, int block,
                                         std::byte* scratch);
 
+// The activation rows a kernel's pass over a tile multiplies: x's from row r0 on.
+struct ActRows {
+  const int8_t* q;      // row r's quants at q + r * ldq
+  const float* ad;      // row r's block scales at ad + r * nb
+  const int32_t* sums;  // row r's 16-value sums at sums + r * lds
+  size_t ldq, lds;
+  int nb;
+};
+inline ActRows act_rows(const QuantizedActs& x, int r0, int nb) {
+  return {x.q + r0 * static_cast<size_t>(x.k),
+          x.d + static_cast<size_t>(r0) * nb,
+          x.sums + r0 * static_cast<size_t>(x.k / 16),
+          static_cast<size_t>(x.k),
+          static_cast<size_t>(x.k / 16),
+          nb};
+}
+
 // ---- Per-ISA kernels, for matmul_quantized ------------------------------------------------------
 // Computes columns 16*tile .. 16*tile+15 (clipped to n) of all m rows:
 // out[r * ldo + c] = sum over blocks b, ascending, of the block's contribution (quant_matmul.cpp

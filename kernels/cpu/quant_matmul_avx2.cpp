@@ -179,15 +179,6 @@ PS_TARGET_AVX2 inline __m256i min_sum(const __m256i (&pairs)[4], const int32_t* 
   return n;
 }
 
-// The activation rows a pass over a tile multiplies: R rows from r0 (quant_kernels.h).
-struct ActRows {
-  const int8_t* q;      // row r's quants at q + r * ldq
-  const float* ad;      // row r's block scales at ad + r * nb
-  const int32_t* sums;  // row r's 16-value sums at sums + r * lds
-  size_t ldq, lds;
-  int nb;
-};
-
 // acc[h][r] += block b's contribution to columns 8h..8h+7 for each of the R rows, in the order
 // of quant_matmul.cpp's contract (as quant_matmul_avx512.cpp's add_block).
 template <QuantType T, bool kVnni, int R>
@@ -278,12 +269,7 @@ PS_TARGET_AVX2 void tile_rows(const QuantizedActs& x, const TileLayout& layout,
                               const std::byte* tile, int r0, float* out, int ldo, int cols,
                               bool first_pass) {
   const int nb = layout.blocks;
-  const ActRows rows{x.q + r0 * static_cast<size_t>(x.k),
-                     x.d + static_cast<size_t>(r0) * nb,
-                     x.sums + r0 * static_cast<size_t>(x.k / 16),
-                     static_cast<size_t>(x.k),
-                     static_cast<size_t>(x.k / 16),
-                     nb};
+  const ActRows rows = act_rows(x, r0, nb);
   __m256 acc[2][R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();

@@ -150,15 +150,6 @@ PS_TARGET_AVX512 inline __m512i min_sum(const __m512i (&pairs)[4], const int32_t
   return n;
 }
 
-// The activation rows a pass over a tile multiplies: R rows from r0 (quant_kernels.h).
-struct ActRows {
-  const int8_t* q;      // row r's quants at q + r * ldq
-  const float* ad;      // row r's block scales at ad + r * nb
-  const int32_t* sums;  // row r's 16-value sums at sums + r * lds
-  size_t ldq, lds;
-  int nb;
-};
-
 // acc[r] += block b's contribution for each of the R rows, in the order quant_matmul.cpp's
 // contract gives (so calling it for b = 0, 1, ... gives the portable kernel's bits).
 template <QuantType T, bool kVnni, int R>
@@ -268,12 +259,7 @@ PS_TARGET_AVX512 void tile_rows(const QuantizedActs& x, const TileLayout& layout
                                 const std::byte* tile, int r0, float* out, int ldo,
                                 __mmask16 store_mask, bool first_pass) {
   const int nb = layout.blocks;
-  const ActRows rows{x.q + r0 * static_cast<size_t>(x.k),
-                     x.d + static_cast<size_t>(r0) * nb,
-                     x.sums + r0 * static_cast<size_t>(x.k / 16),
-                     static_cast<size_t>(x.k),
-                     static_cast<size_t>(x.k / 16),
-                     nb};
+  const ActRows rows = act_rows(x, r0, nb);
   __m512 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
