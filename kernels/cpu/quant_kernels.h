@@ -119,9 +119,9 @@ constexpr size_t tile_quant_offset(QuantType t, int b) {
 // A kernel's pass of several activation rows over a tile does several times the work per byte
 // of a one-row pass, enough that the hardware prefetcher falls behind: the pass that streams
 // the tile from memory prefetches each group's lines kTilePrefetchAheadBytes on (the next
-// tiles, which parallel_for_contiguous usually gives the same thread). Without, batch-4 Q8_0
-// decode ran ~35% slower and batch 32 ~15%; one row reads as fast without (with them, Q4_K_M
-// batch-1 decode was slower on AVX-512).
+// tiles, which parallel_for_contiguous usually gives the same thread). Without, on AVX-512,
+// batch-4 Q8_0 decode ran ~35% slower and batch 32 10-20%; one row reads as fast without (with
+// them, Q4_K_M batch-1 decode was slower).
 constexpr uintptr_t kTilePrefetchAheadBytes = 8192;
 template <size_t kBytes>
 inline void prefetch_ahead(const std::byte* p) {
