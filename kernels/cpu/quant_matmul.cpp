@@ -17,6 +17,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu/huge_page_allocator.h"
@@ -284,6 +285,8 @@ QuantTileFn quant_tile_fn(QuantType type, Isa isa) {
 
 namespace {
 
+// Storage for the tiles, not yet written (pack_rows zeroes each tile before filling it, so the
+// threads that pack a range also take its first-touch page faults).
 std::unique_ptr<std::byte, AlignedFree> allocate_tiles(QuantType type, int n, int k,
                                                        size_t& bytes) {
   const size_t tiles = static_cast<size_t>((n + detail::kTileCols - 1) / detail::kTileCols);
@@ -291,7 +294,7 @@ std::unique_ptr<std::byte, AlignedFree> allocate_tiles(QuantType type, int n, in
   std::unique_ptr<std::byte, AlignedFree> storage(
       static_cast<std::byte*>(allocate_huge_aligned(bytes, detail::kAlignment)),
       AlignedFree{bytes});
-  std::memset(storage.get(), 0, bytes);  // padding columns stay zero
+  if (tiles == 0) std::memset(storage.get(), 0, bytes);
   return storage;
 }
 
@@ -306,6 +309,36 @@ void pack_row(QuantType type, int k, const std::byte* src, int row, std::byte* s
   }
 }
 
+// Packs every row of an [n, k] weight: row_src(row, scratch) gives the row in ggml's layout
+// (scratch: quant_row_bytes of room for a row it must make). Loading is single-threaded
+// otherwise, and packing a 1B model's weights took ~5 s of it, so large weights are packed by
+// up to hardware_concurrency() threads, each a contiguous range of tiles (it zeroes them first:
+// padding columns stay zero). The bytes do not depend on the split.
+template <typename RowSource>
+void pack_rows(QuantType type, int n, int k, std::byte* storage, const RowSource& row_src) {
+  const detail::TileLayout layout = detail::tile_layout(type, k);
+  const int tiles = (n + detail::kTileCols - 1) / detail::kTileCols;
+  const auto pack_range = [&](int t0, int t1) {
+    std::memset(storage + t0 * layout.tile_bytes, 0, (t1 - t0) * layout.tile_bytes);
+    std::vector<std::byte> scratch(quant_row_bytes(type, k));
+    for (int row = t0 * detail::kTileCols; row < std::min(n, t1 * detail::kTileCols); ++row) {
+      pack_row(type, k, row_src(row, scratch.data()), row, storage);
+    }
+  };
+  constexpr size_t kMinBytesPerThread = size_t{8} << 20;
+  const size_t total = static_cast<size_t>(tiles) * layout.tile_bytes;
+  const int threads = static_cast<int>(std::clamp<size_t>(
+      total / kMinBytesPerThread, 1, std::max(1u, std::thread::hardware_concurrency())));
+  if (threads <= 1) return pack_range(0, tiles);
+  std::vector<std::thread> workers;
+  for (int i = 1; i < threads; ++i) {
+    workers.emplace_back(pack_range, static_cast<int>(int64_t{tiles} * i / threads),
+                         static_cast<int>(int64_t{tiles} * (i + 1) / threads));
+  }
+  pack_range(0, tiles / threads);
+  for (std::thread& worker : workers) worker.join();
+}
+
 }  // namespace
 
 QuantizedWeight QuantizedWeight::pack(const void* w, QuantType type, int n, int k) {
@@ -318,8 +351,8 @@ QuantizedWeight QuantizedWeight::pack(const void* w, QuantType type, int n, int 
   packed.type_ = type;
   const auto* src = static_cast<const std::byte*>(w);
   const size_t row_bytes = quant_row_bytes(type, k);
-  for (int row = 0; row < n; ++row)
-    pack_row(type, k, src + row * row_bytes, row, packed.storage_.get());
+  pack_rows(type, n, k, packed.storage_.get(),
+            [&](int row, std::byte*) { return src + row * row_bytes; });
   return packed;
 }
 
@@ -331,11 +364,10 @@ QuantizedWeight QuantizedWeight::quantize(const float* w, QuantType type, int n,
   packed.n_ = n;
   packed.k_ = k;
   packed.type_ = type;
-  std::vector<std::byte> row_bytes(quant_row_bytes(type, k));
-  for (int row = 0; row < n; ++row) {
-    quantize_row(type, w + static_cast<size_t>(row) * k, row_bytes.data(), k);
-    pack_row(type, k, row_bytes.data(), row, packed.storage_.get());
-  }
+  pack_rows(type, n, k, packed.storage_.get(), [&](int row, std::byte* scratch) {
+    quantize_row(type, w + static_cast<size_t>(row) * k, scratch, k);
+    return static_cast<const std::byte*>(scratch);
+  });
   return packed;
 }
 

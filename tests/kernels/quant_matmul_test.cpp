@@ -396,5 +396,43 @@ TEST(QuantMatmulTest, QuantizeEqualsQuantizeRowThenPack) {
   }
 }
 
+// A weight big enough that pack and quantize split it across threads (over 8 MB a thread),
+// with a partial last tile: every row reads back as the scalar dequantize_row of its ggml
+// bytes, from both, and the two packings are the same bytes (padding columns zero in both).
+TEST(QuantMatmulTest, LargeWeightsPackTheSameOnSeveralThreads) {
+  const QuantType type = QuantType::kQ8_0;
+  const int n = 8192 + 5, k = 2048;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> w(static_cast<size_t>(n) * k);
+  for (float& v : w) v = dist(rng);
+  const size_t row_bytes = quant_row_bytes(type, k);
+  std::vector<std::byte> bytes(row_bytes * n);
+  for (int row = 0; row < n; ++row) {
+    quantize_row(type, w.data() + static_cast<size_t>(row) * k, bytes.data() + row * row_bytes, k);
+  }
+  const QuantizedWeight packed = QuantizedWeight::pack(bytes.data(), type, n, k);
+  const QuantizedWeight quantized = QuantizedWeight::quantize(w.data(), type, n, k);
+  ASSERT_EQ(packed.storage_bytes(), quantized.storage_bytes());
+  EXPECT_EQ(std::memcmp(packed.data(), quantized.data(), packed.storage_bytes()), 0);
+  std::vector<float> want(k), got(k);
+  for (int row = 0; row < n; ++row) {
+    dequantize_row(type, bytes.data() + row * row_bytes, want.data(), k);
+    packed.dequantize_row_to(row, got.data());
+    ASSERT_EQ(std::memcmp(want.data(), got.data(), k * sizeof(float)), 0) << "row " << row;
+  }
+  // The last tile's 11 padding columns are zero.
+  const size_t tile_bytes = packed.storage_bytes() / ((n + 15) / 16);
+  const std::byte* last = packed.data() + packed.storage_bytes() - tile_bytes;
+  for (int b = 0; b < k / 32; ++b) {
+    const std::byte* scales = last + detail::tile_scale_offset(type, b);
+    for (int col = 5; col < 16; ++col) {
+      EXPECT_EQ(std::to_integer<int>(scales[2 * col]) | std::to_integer<int>(scales[2 * col + 1]),
+                0)
+          << "block " << b << " column " << col;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pagedserve::kernels
