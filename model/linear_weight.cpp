@@ -56,8 +56,10 @@ kernels::QuantizedWeight quantized_part(const TensorView& part,
   if (const std::optional<kernels::QuantType> stored = quant_type_of(part.dtype)) {
     return kernels::QuantizedWeight::pack(part.data, *stored, view_rows(part), view_cols(part));
   }
-  const std::vector<float> values = to_f32(part);
-  return kernels::QuantizedWeight::quantize(values.data(), *type, view_rows(part), view_cols(part));
+  // A row at a time (on the packing threads), not a float copy of the whole matrix.
+  return kernels::QuantizedWeight::quantize_rows(
+      [&part](int row, float* out) { to_f32_rows(part, row, 1, out); }, *type, view_rows(part),
+      view_cols(part));
 }
 
 }  // namespace

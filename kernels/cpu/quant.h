@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -56,6 +57,11 @@ class QuantizedWeight {
   static QuantizedWeight pack(const void* w, QuantType type, int n, int k);
   // Quantizes float32 rows [n, k] (online quantization of F32/F16/BF16 checkpoints).
   static QuantizedWeight quantize(const float* w, QuantType type, int n, int k);
+  // The same from rows made on demand: row(r, out) writes row r's k floats to out. It is called
+  // once per row, from several threads at once for a large weight, so a checkpoint's F16/BF16
+  // rows are widened a row at a time instead of into a float copy of the whole matrix.
+  using RowFn = std::function<void(int row, float* out)>;
+  static QuantizedWeight quantize_rows(const RowFn& row, QuantType type, int n, int k);
 
   int rows() const { return n_; }
   int cols() const { return k_; }

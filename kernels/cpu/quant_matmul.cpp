@@ -17,6 +17,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <thread>
 #include <vector>
 
@@ -309,20 +310,21 @@ void pack_row(QuantType type, int k, const std::byte* src, int row, std::byte* s
   }
 }
 
-// Packs every row of an [n, k] weight: row_src(row, scratch) gives the row in ggml's layout
-// (scratch: quant_row_bytes of room for a row it must make). Loading is single-threaded
-// otherwise, and packing a 1B model's weights took ~5 s of it, so large weights are packed by
-// up to hardware_concurrency() threads, each a contiguous range of tiles (it zeroes them first:
-// padding columns stay zero). The bytes do not depend on the split.
+// Packs every row of an [n, k] weight: row_src(row, bytes, floats) gives the row in ggml's
+// layout (bytes: quant_row_bytes, floats: k of room for a row it must make). Loading is
+// single-threaded otherwise, and packing a 1B model's weights took ~5 s of it, so large weights
+// are packed by up to hardware_concurrency() threads, each a contiguous range of tiles (it
+// zeroes them first: padding columns stay zero). The bytes do not depend on the split.
 template <typename RowSource>
 void pack_rows(QuantType type, int n, int k, std::byte* storage, const RowSource& row_src) {
   const detail::TileLayout layout = detail::tile_layout(type, k);
   const int tiles = (n + detail::kTileCols - 1) / detail::kTileCols;
   const auto pack_range = [&](int t0, int t1) {
     std::memset(storage + t0 * layout.tile_bytes, 0, (t1 - t0) * layout.tile_bytes);
-    std::vector<std::byte> scratch(quant_row_bytes(type, k));
+    std::vector<std::byte> bytes(quant_row_bytes(type, k));
+    std::vector<float> floats(k);
     for (int row = t0 * detail::kTileCols; row < std::min(n, t1 * detail::kTileCols); ++row) {
-      pack_row(type, k, row_src(row, scratch.data()), row, storage);
+      pack_row(type, k, row_src(row, bytes.data(), floats.data()), row, storage);
     }
   };
   constexpr size_t kMinBytesPerThread = size_t{8} << 20;
@@ -330,13 +332,23 @@ void pack_rows(QuantType type, int n, int k, std::byte* storage, const RowSource
   const int threads = static_cast<int>(std::clamp<size_t>(
       total / kMinBytesPerThread, 1, std::max(1u, std::thread::hardware_concurrency())));
   if (threads <= 1) return pack_range(0, tiles);
+  // A row source may throw (a malformed tensor): each thread keeps its error for the caller.
+  std::vector<std::exception_ptr> errors(threads);
+  const auto run_share = [&](int i) {
+    try {
+      pack_range(static_cast<int>(int64_t{tiles} * i / threads),
+                 static_cast<int>(int64_t{tiles} * (i + 1) / threads));
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
   std::vector<std::thread> workers;
-  for (int i = 1; i < threads; ++i) {
-    workers.emplace_back(pack_range, static_cast<int>(int64_t{tiles} * i / threads),
-                         static_cast<int>(int64_t{tiles} * (i + 1) / threads));
-  }
-  pack_range(0, tiles / threads);
+  for (int i = 1; i < threads; ++i) workers.emplace_back(run_share, i);
+  run_share(0);
   for (std::thread& worker : workers) worker.join();
+  for (const std::exception_ptr& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
 }
 
 }  // namespace
@@ -352,11 +364,17 @@ QuantizedWeight QuantizedWeight::pack(const void* w, QuantType type, int n, int 
   const auto* src = static_cast<const std::byte*>(w);
   const size_t row_bytes = quant_row_bytes(type, k);
   pack_rows(type, n, k, packed.storage_.get(),
-            [&](int row, std::byte*) { return src + row * row_bytes; });
+            [&](int row, std::byte*, float*) { return src + row * row_bytes; });
   return packed;
 }
 
 QuantizedWeight QuantizedWeight::quantize(const float* w, QuantType type, int n, int k) {
+  return quantize_rows(
+      [&](int row, float* out) { std::copy_n(w + static_cast<size_t>(row) * k, k, out); }, type, n,
+      k);
+}
+
+QuantizedWeight QuantizedWeight::quantize_rows(const RowFn& row_fn, QuantType type, int n, int k) {
   assert(n >= 0 && k >= 0 && k % quant_block_elements(type) == 0);
   QuantizedWeight packed;
   packed.storage_ = allocate_tiles(type, n, k, packed.storage_bytes_);
@@ -364,9 +382,10 @@ QuantizedWeight QuantizedWeight::quantize(const float* w, QuantType type, int n,
   packed.n_ = n;
   packed.k_ = k;
   packed.type_ = type;
-  pack_rows(type, n, k, packed.storage_.get(), [&](int row, std::byte* scratch) {
-    quantize_row(type, w + static_cast<size_t>(row) * k, scratch, k);
-    return static_cast<const std::byte*>(scratch);
+  pack_rows(type, n, k, packed.storage_.get(), [&](int row, std::byte* bytes, float* floats) {
+    row_fn(row, floats);
+    quantize_row(type, floats, bytes, k);
+    return static_cast<const std::byte*>(bytes);
   });
   return packed;
 }

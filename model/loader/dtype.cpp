@@ -133,10 +133,11 @@ int64_t TensorView::num_elements() const {
   return elements;
 }
 
-std::vector<float> to_f32(const TensorView& tensor) {
-  // Views normally come from a validated file, but the struct is public: re-check the size so
-  // a hand-built view cannot read past its buffer.
-  const auto elements = static_cast<uint64_t>(tensor.num_elements());
+namespace {
+
+// Views normally come from a validated file, but the struct is public: re-check the size so
+// a hand-built view cannot read past its buffer.
+void check_view_bytes(const TensorView& tensor) {
   const std::optional<uint64_t> expected_bytes = tensor_bytes(tensor.dtype, tensor.shape);
   if (!expected_bytes || *expected_bytes != tensor.num_bytes ||
       (tensor.num_bytes > 0 && tensor.data == nullptr)) {
@@ -144,44 +145,72 @@ std::vector<float> to_f32(const TensorView& tensor) {
                      std::to_string(tensor.num_bytes) + " bytes, which does not match shape " +
                      detail::shape_string(tensor.shape) + " of " + dtype_name(tensor.dtype));
   }
+}
 
-  std::vector<float> out(static_cast<size_t>(elements));
+// Elements [first, first + count) as float32; for a quantized dtype, whole rows of `row`.
+void convert_elements(const TensorView& tensor, uint64_t first, uint64_t count, int64_t row,
+                      float* out) {
   const std::byte* src = tensor.data;
   if (const std::optional<kernels::QuantType> quant = quant_type_of(tensor.dtype)) {
-    const int64_t row = tensor.shape.empty() ? 0 : tensor.shape.back();
     const size_t row_bytes = kernels::quant_row_bytes(*quant, row);
-    for (uint64_t r = 0; row > 0 && r < elements / static_cast<uint64_t>(row); ++r) {
-      kernels::dequantize_row(*quant, src + r * row_bytes, out.data() + r * row, row);
+    for (uint64_t r = 0; row > 0 && r < count / static_cast<uint64_t>(row); ++r) {
+      kernels::dequantize_row(*quant, src + (first / row + r) * row_bytes, out + r * row, row);
     }
-    return out;
+    return;
   }
   switch (tensor.dtype) {
     case DType::F32:
       if constexpr (std::endian::native == std::endian::little) {
-        if (!out.empty()) std::memcpy(out.data(), src, tensor.num_bytes);
+        if (count > 0) std::memcpy(out, src + 4 * first, 4 * count);
       } else {
-        for (size_t i = 0; i < out.size(); ++i) {
+        for (uint64_t i = 0; i < count; ++i) {
           uint32_t bits = 0;
           for (int b = 3; b >= 0; --b)
-            bits = (bits << 8) | std::to_integer<uint32_t>(src[4 * i + b]);
+            bits = (bits << 8) | std::to_integer<uint32_t>(src[4 * (first + i) + b]);
           out[i] = std::bit_cast<float>(bits);
         }
       }
       break;
     case DType::F16:
-      for (size_t i = 0; i < out.size(); ++i) {
-        out[i] = kernels::f16_to_f32(read_le_u16(src + 2 * i));
+      for (uint64_t i = 0; i < count; ++i) {
+        out[i] = kernels::f16_to_f32(read_le_u16(src + 2 * (first + i)));
       }
       break;
     case DType::BF16:
-      for (size_t i = 0; i < out.size(); ++i) {
-        out[i] = kernels::bf16_to_f32(read_le_u16(src + 2 * i));
+      for (uint64_t i = 0; i < count; ++i) {
+        out[i] = kernels::bf16_to_f32(read_le_u16(src + 2 * (first + i)));
       }
       break;
     default:
       break;
   }
+}
+
+int64_t row_length(const TensorView& tensor) {
+  return tensor.shape.empty() ? 1 : tensor.shape.back();
+}
+
+}  // namespace
+
+std::vector<float> to_f32(const TensorView& tensor) {
+  check_view_bytes(tensor);
+  const auto elements = static_cast<uint64_t>(tensor.num_elements());
+  std::vector<float> out(static_cast<size_t>(elements));
+  convert_elements(tensor, 0, elements, row_length(tensor), out.data());
   return out;
+}
+
+void to_f32_rows(const TensorView& tensor, int64_t first_row, int64_t rows, float* out) {
+  check_view_bytes(tensor);
+  const int64_t row = row_length(tensor);
+  const int64_t total_rows = row > 0 ? tensor.num_elements() / row : 0;
+  if (first_row < 0 || rows < 0 || first_row > total_rows || rows > total_rows - first_row) {
+    throw ModelError(tensor.file.string() + ": tensor " + tensor.name + " has " +
+                     std::to_string(total_rows) + " rows; rows " + std::to_string(first_row) +
+                     ".." + std::to_string(first_row + rows) + " asked for");
+  }
+  convert_elements(tensor, static_cast<uint64_t>(first_row * row),
+                   static_cast<uint64_t>(rows * row), row, out);
 }
 
 }  // namespace pagedserve::model

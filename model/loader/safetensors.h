@@ -54,6 +54,9 @@ struct TensorView {
 // Converts any supported dtype to float32 (F16 and BF16 widened exactly, quantized blocks
 // dequantized as ggml does).
 std::vector<float> to_f32(const TensorView& tensor);
+// Rows [first_row, first_row + rows) of it (a row: the last dimension) into out, converted as
+// to_f32 does; throws ModelError for rows outside the tensor. Safe to call from several threads.
+void to_f32_rows(const TensorView& tensor, int64_t first_row, int64_t rows, float* out);
 
 // One mmapped .safetensors file. Throws ModelError naming the file when the file is missing,
 // shorter than its header, has a header that is not JSON or not the safetensors schema, uses an

@@ -11,6 +11,7 @@
 #include <memory>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/cpu/quant.h"
@@ -432,6 +433,32 @@ TEST(QuantMatmulTest, LargeWeightsPackTheSameOnSeveralThreads) {
           << "block " << b << " column " << col;
     }
   }
+}
+
+// quantize_rows with a row source that throws on a row the second thread packs: the call
+// throws that error (not std::terminate from the thread), and a source that does not throw
+// gives quantize's bytes.
+TEST(QuantMatmulTest, QuantizeRowsPassesOnARowSourcesError) {
+  const QuantType type = QuantType::kQ8_0;
+  const int n = 8192 + 5, k = 2048;
+  const auto row_value = [](int row, int i) { return std::sin(0.001f * row + 0.37f * i); };
+  const auto throwing = [&](int row, float* out) {
+    if (row == n - 3) throw std::runtime_error("row source failed");
+    for (int i = 0; i < k; ++i) out[i] = row_value(row, i);
+  };
+  EXPECT_THROW(QuantizedWeight::quantize_rows(throwing, type, n, k), std::runtime_error);
+  std::vector<float> w(static_cast<size_t>(n) * k);
+  for (int row = 0; row < n; ++row) {
+    for (int i = 0; i < k; ++i) w[static_cast<size_t>(row) * k + i] = row_value(row, i);
+  }
+  const QuantizedWeight from_rows = QuantizedWeight::quantize_rows(
+      [&](int row, float* out) {
+        for (int i = 0; i < k; ++i) out[i] = row_value(row, i);
+      },
+      type, n, k);
+  const QuantizedWeight whole = QuantizedWeight::quantize(w.data(), type, n, k);
+  ASSERT_EQ(from_rows.storage_bytes(), whole.storage_bytes());
+  EXPECT_EQ(std::memcmp(from_rows.data(), whole.data(), whole.storage_bytes()), 0);
 }
 
 }  // namespace

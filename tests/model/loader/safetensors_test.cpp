@@ -317,6 +317,47 @@ TEST(Safetensors, RandomCorruptionNeverCrashes) {
   EXPECT_GT(opened, 0);
 }
 
+// to_f32_rows gives the same values as the literals ReadsAllDtypes checks, row range by row
+// range, and refuses rows outside the tensor with an error that names it.
+TEST(Safetensors, ToF32RowsConvertsTheRowsAskedFor) {
+  const std::vector<float> f32 = {1.0f, -2.5f, 65504.0f, 1e-40f, 7.0f, -0.0f};
+  const std::vector<uint16_t> f16 = {0x3C00, 0xC100, 0x7BFF, 0x0001, 0x03FF, 0x0400};
+  const std::vector<float> f16_values = {
+      1.0f, -2.5f, 65504.0f, 5.9604644775390625e-08f, 6.097555160522461e-05f, 6.103515625e-05f};
+  const std::vector<uint16_t> bf16 = {0x3F80, 0xC020, 0x4049, 0x7F7F};
+  const std::vector<float> bf16_values = {1.0f, -2.5f, 3.140625f, 3.3895313892515355e+38f};
+  TempDir dir;
+  const auto path = dir / "rows.safetensors";
+  write_safetensors(path, {{"a.f32", "F32", {3, 2}, f32_bytes(f32)},
+                           {"b.f16", "F16", {2, 3}, u16_bytes(f16)},
+                           {"c.bf16", "BF16", {4, 1}, u16_bytes(bf16)}});
+  const auto file = SafetensorsFile::open(path);
+  const struct {
+    const char* name;
+    int rows, cols;
+    const std::vector<float>* values;
+  } cases[] = {{"a.f32", 3, 2, &f32}, {"b.f16", 2, 3, &f16_values}, {"c.bf16", 4, 1, &bf16_values}};
+  for (const auto& c : cases) {
+    const TensorView& view = file->tensors().at(c.name);
+    for (int first = 0; first <= c.rows; ++first) {
+      for (int count = 0; first + count <= c.rows; ++count) {
+        std::vector<float> got(static_cast<size_t>(count) * c.cols);
+        to_f32_rows(view, first, count, got.data());
+        expect_same_bits(got, std::vector<float>(c.values->begin() + first * c.cols,
+                                                 c.values->begin() + (first + count) * c.cols));
+      }
+    }
+    std::vector<float> room(16);
+    try {
+      to_f32_rows(view, c.rows - 1, 2, room.data());
+      FAIL() << "expected ModelError for " << c.name;
+    } catch (const ModelError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(std::string("tensor ") + c.name));
+    }
+    EXPECT_THROW(to_f32_rows(view, -1, 1, room.data()), ModelError);
+  }
+}
+
 TEST(Safetensors, ToF32RejectsInconsistentView) {
   const std::vector<std::byte> bytes(4);
   TensorView view;
@@ -332,6 +373,8 @@ TEST(Safetensors, ToF32RejectsInconsistentView) {
   } catch (const ModelError& e) {
     EXPECT_THAT(e.what(), HasSubstr("somewhere.safetensors: tensor hand_built has 4 bytes"));
   }
+  float row[2];
+  EXPECT_THROW(to_f32_rows(view, 0, 1, row), ModelError);
   view.shape = {-1};
   EXPECT_THROW(to_f32(view), ModelError);
 }
