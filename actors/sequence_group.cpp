@@ -40,19 +40,28 @@ Sequence* SequenceGroup::find(uint64_t seq_id) {
   return nullptr;
 }
 
-std::vector<int32_t> SequenceGroup::tokens(const Sequence& seq) const {
-  std::vector<int32_t> out(prompt_token_ids);
-  const std::vector<int32_t> generated = output_tokens(seq);
-  out.insert(out.end(), generated.begin(), generated.end());
-  return out;
-}
+namespace {
 
-std::vector<int32_t> SequenceGroup::output_tokens(const Sequence& seq) const {
-  std::vector<int32_t> out(seq.output_token_ids);
+// seq's outputs, then per pending row a slot per proposal and a placeholder, appended to out.
+void append_generated(const Sequence& seq, std::vector<int32_t>& out) {
+  out.insert(out.end(), seq.output_token_ids.begin(), seq.output_token_ids.end());
   for (const PendingRow& row : seq.pending_rows) {
     out.insert(out.end(), static_cast<size_t>(row.num_proposals), kProposalSlotToken);
     out.push_back(kPlaceholderToken);
   }
+}
+
+}  // namespace
+
+std::vector<int32_t> SequenceGroup::tokens(const Sequence& seq) const {
+  std::vector<int32_t> out(prompt_token_ids);
+  append_generated(seq, out);
+  return out;
+}
+
+std::vector<int32_t> SequenceGroup::output_tokens(const Sequence& seq) const {
+  std::vector<int32_t> out;
+  append_generated(seq, out);
   return out;
 }
 

@@ -76,6 +76,9 @@ class QuantizedWeight {
   size_t storage_bytes() const { return storage_bytes_; }
 
  private:
+  // An [n, k] weight of `type` with its tiles allocated, for pack_rows to fill.
+  static QuantizedWeight with_storage(QuantType type, int n, int k);
+
   std::unique_ptr<std::byte, AlignedFree> storage_;
   const std::byte* data_ = nullptr;
   size_t storage_bytes_ = 0;

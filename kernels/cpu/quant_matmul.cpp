@@ -353,7 +353,7 @@ void pack_rows(QuantType type, int n, int k, std::byte* storage, const RowSource
 
 }  // namespace
 
-QuantizedWeight QuantizedWeight::pack(const void* w, QuantType type, int n, int k) {
+QuantizedWeight QuantizedWeight::with_storage(QuantType type, int n, int k) {
   assert(n >= 0 && k >= 0 && k % quant_block_elements(type) == 0);
   QuantizedWeight packed;
   packed.storage_ = allocate_tiles(type, n, k, packed.storage_bytes_);
@@ -361,6 +361,11 @@ QuantizedWeight QuantizedWeight::pack(const void* w, QuantType type, int n, int 
   packed.n_ = n;
   packed.k_ = k;
   packed.type_ = type;
+  return packed;
+}
+
+QuantizedWeight QuantizedWeight::pack(const void* w, QuantType type, int n, int k) {
+  QuantizedWeight packed = with_storage(type, n, k);
   const auto* src = static_cast<const std::byte*>(w);
   const size_t row_bytes = quant_row_bytes(type, k);
   pack_rows(type, n, k, packed.storage_.get(),
@@ -369,19 +374,16 @@ QuantizedWeight QuantizedWeight::pack(const void* w, QuantType type, int n, int 
 }
 
 QuantizedWeight QuantizedWeight::quantize(const float* w, QuantType type, int n, int k) {
-  return quantize_rows(
-      [&](int row, float* out) { std::copy_n(w + static_cast<size_t>(row) * k, k, out); }, type, n,
-      k);
+  QuantizedWeight packed = with_storage(type, n, k);
+  pack_rows(type, n, k, packed.storage_.get(), [&](int row, std::byte* bytes, float*) {
+    quantize_row(type, w + static_cast<size_t>(row) * k, bytes, k);
+    return static_cast<const std::byte*>(bytes);
+  });
+  return packed;
 }
 
 QuantizedWeight QuantizedWeight::quantize_rows(const RowFn& row_fn, QuantType type, int n, int k) {
-  assert(n >= 0 && k >= 0 && k % quant_block_elements(type) == 0);
-  QuantizedWeight packed;
-  packed.storage_ = allocate_tiles(type, n, k, packed.storage_bytes_);
-  packed.data_ = packed.storage_.get();
-  packed.n_ = n;
-  packed.k_ = k;
-  packed.type_ = type;
+  QuantizedWeight packed = with_storage(type, n, k);
   pack_rows(type, n, k, packed.storage_.get(), [&](int row, std::byte* bytes, float* floats) {
     row_fn(row, floats);
     quantize_row(type, floats, bytes, k);
